@@ -1,0 +1,47 @@
+"""Every ANNEAL_* environment variable is read here, and only here.
+
+Code elsewhere takes a `Settings` argument (or calls `Settings.from_env()` at its entry
+point), so behaviour never changes behind a caller's back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+def _names(value: str | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    return frozenset(n.strip() for n in value.split(",") if n.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Process configuration taken from the environment."""
+
+    load_plugins: frozenset[str] | None = None  # allow-list; None = all, empty = none
+    disable_plugins: frozenset[str] = frozenset()
+    device: str = "auto"
+    debug: int = 0
+    expect_adapter: bool = False
+    wgpu_adapter: str | None = None
+    cache_dir: str | None = None
+    offline: bool = False
+    beam: int = 0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        return cls(
+            load_plugins=_names(env.get("ANNEAL_LOAD_PLUGINS")),
+            disable_plugins=_names(env.get("ANNEAL_DISABLE_PLUGINS")) or frozenset(),
+            device=env.get("ANNEAL_DEVICE", "auto") or "auto",
+            debug=int(env.get("ANNEAL_DEBUG", "0") or 0),
+            expect_adapter=env.get("ANNEAL_EXPECT_ADAPTER", "") not in ("", "0"),
+            wgpu_adapter=env.get("ANNEAL_WGPU_ADAPTER") or None,
+            cache_dir=env.get("ANNEAL_CACHE_DIR") or None,
+            offline=env.get("ANNEAL_OFFLINE", "") not in ("", "0"),
+            beam=int(env.get("ANNEAL_BEAM", "0") or 0),
+        )
