@@ -50,6 +50,9 @@ class Availability:
 
     available: bool
     detail: str = ""
+    # True when the device is emulated on the CPU (e.g. Mesa's lavapipe): usable, but
+    # slower than the numpy backend, so `auto` does not pick it.
+    software: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,9 @@ class Plugins:
         function that remembers who registered what).
         """
         hook = getattr(self.manager.hook, hook_name)
-        for impl in reversed(hook.get_hookimpls()):  # pluggy keeps them last-registered-first
+        # get_hookimpls() lists them first-registered-first (pluggy *calls* them in reverse);
+        # we call them in load order, so the first plugin to claim a name keeps it.
+        for impl in hook.get_hookimpls():
             plugin_name = impl.plugin_name
             try:
                 impl.function(**arguments(plugin_name))
@@ -189,7 +194,7 @@ def _unknown_hooks(manager: pluggy.PluginManager, plugin: object) -> list[str]:
     problems = []
     for attr in dir(plugin):
         opts = manager.parse_hookimpl_opts(plugin, attr)
-        if opts is not None and attr not in known:
+        if opts is not None and (opts.get("specname") or attr) not in known:
             close = difflib.get_close_matches(attr, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else f" (known hooks: {', '.join(known)})"
             problems.append(f"unknown hook {attr!r}{hint}")
@@ -238,7 +243,13 @@ def load_plugins(
         if problems:
             plugins.fail(name, version, "; ".join(problems))
             continue
-        manager.register(module, name=name)
+        try:
+            manager.register(module, name=name)
+        except Exception as exc:  # e.g. a hookimpl whose arguments the spec does not have
+            if manager.has_plugin(name):  # pluggy may have registered some of its hooks already
+                manager.unregister(name=name)
+            plugins.fail(name, version, f"invalid hook: {type(exc).__name__}: {exc}".replace("\n", " "))
+            continue
         hooks = tuple(sorted(h.name for h in manager.get_hookcallers(module) or []))
         plugins.loaded.append(PluginInfo(name, version, getattr(module, "__name__", repr(module)), hooks))
     manager.check_pending()  # belt and braces: _unknown_hooks already refused misspellings
