@@ -1,0 +1,216 @@
+"""Render a kernel AST to the source of a small numpy function.
+
+Each RANGE of the kernel is one axis of a rank-m array space; every value is an array that
+has the full extent on the axes it depends on and size 1 elsewhere, so numpy broadcasting
+does the loops. Loads whose index is affine in the ranges become zero-copy strided views;
+a sum of a product becomes ``np.einsum`` (BLAS via tensordot), so a matmul never
+materializes its M x N x K space; anything else falls back to index arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from anneal_ir import DType, Ops, UOp, dtypes
+
+Affine = tuple[dict[int, int], int]  # {axis: coefficient}, offset
+
+
+def affine(u: UOp, axis_of: dict[UOp, int]) -> Affine | None:
+    """The index as sum(coeff * range) + offset, or None if it is not affine."""
+    if u.op is Ops.CONST:
+        return {}, int(u.arg)
+    if u.op is Ops.RANGE:
+        return {axis_of[u]: 1}, 0
+    if u.op is Ops.ADD:
+        a, b = affine(u.src[0], axis_of), affine(u.src[1], axis_of)
+        if a is None or b is None:
+            return None
+        coeffs = dict(a[0])
+        for k, v in b[0].items():
+            coeffs[k] = coeffs.get(k, 0) + v
+        return {k: v for k, v in coeffs.items() if v}, a[1] + b[1]
+    if u.op is Ops.MUL:
+        for x, c in ((u.src[0], u.src[1]), (u.src[1], u.src[0])):
+            if c.op is Ops.CONST:
+                inner = affine(x, axis_of)
+                if inner is None:
+                    return None
+                return {k: v * int(c.arg) for k, v in inner[0].items() if v * int(c.arg)}, inner[1] * int(c.arg)
+        return None
+    if u.op is Ops.NEG:
+        inner = affine(u.src[0], axis_of)
+        return None if inner is None else ({k: -v for k, v in inner[0].items()}, -inner[1])
+    return None
+
+
+_BINARY = {
+    Ops.ADD: "({a} + {b})", Ops.MUL: "({a} * {b})", Ops.MAX: "np.maximum({a}, {b})",
+    Ops.CMPLT: "({a} < {b})", Ops.CMPNE: "({a} != {b})", Ops.CMPEQ: "({a} == {b})",
+    Ops.AND: "({a} & {b})", Ops.OR: "({a} | {b})", Ops.XOR: "({a} ^ {b})",
+    Ops.SHL: "({a} << {b})", Ops.SHR: "({a} >> {b})",
+}  # fmt: skip
+_UNARY = {
+    Ops.EXP2: "np.exp2({a})", Ops.LOG2: "np.log2({a})", Ops.SIN: "np.sin({a})", Ops.SQRT: "np.sqrt({a})",
+    Ops.RECIPROCAL: "np.reciprocal({a})", Ops.NEG: "np.negative({a})", Ops.TRUNC: "np.trunc({a})",
+}  # fmt: skip
+
+
+def np_name(d: DType) -> str:
+    return "np.bool_" if d == dtypes.bool else f"np.{d.np.name}"
+
+
+@dataclass
+class Renderer:
+    name: str
+    ast: UOp
+    lines: list[str] = field(default_factory=list)
+    names: dict[UOp, str] = field(default_factory=dict)
+    deps: dict[UOp, frozenset[int]] = field(default_factory=dict)
+    axis_of: dict[UOp, int] = field(default_factory=dict)
+    ends: list[int] = field(default_factory=list)
+    n_args: int = 0
+    itemsize: dict[int, int] = field(default_factory=dict)
+
+    def render(self) -> str:
+        nodes = self.ast.toposort()
+        ranges = sorted((n for n in nodes if n.op is Ops.RANGE), key=lambda r: r.arg[0])
+        for i, r in enumerate(ranges):
+            self.axis_of[r] = i
+            self.ends.append(int(r.src[0].arg))
+        globs = sorted({n.arg: n for n in nodes if n.op is Ops.DEFINE_GLOBAL}.items())
+        self.n_args = len(globs)
+        args = ", ".join(f"b{i}" for i, _ in globs)
+        loops = ", ".join(f"r{i}<{e}" for i, e in enumerate(self.ends))
+        head = [f"def {self.name}({args}, vars):", f"    # axes: {loops or 'none'}"]
+        for n in nodes:
+            self.visit(n)
+        return "\n".join(head + ["    " + ln for ln in self.lines]) + "\n"
+
+    # ---- helpers ----
+    def shape_for(self, axes: frozenset[int]) -> tuple[int, ...]:
+        return tuple(e if i in axes else 1 for i, e in enumerate(self.ends))
+
+    def emit(self, u: UOp, expr: str, deps: frozenset[int]) -> None:
+        name = f"v{len(self.names)}"
+        self.lines.append(f"{name} = {expr}")
+        self.names[u] = name
+        self.deps[u] = deps
+
+    def ref(self, u: UOp) -> str:
+        return self.names[u]
+
+    def view(self, buf: str, aff: Affine, itemsize: int) -> tuple[str, frozenset[int]]:
+        coeffs, offset = aff
+        axes = frozenset(coeffs)
+        shape = self.shape_for(axes)
+        strides = tuple(coeffs.get(i, 0) * itemsize for i in range(len(self.ends)))
+        lo = offset + sum(min(0, c * (self.ends[a] - 1)) for a, c in coeffs.items())
+        hi = offset + sum(max(0, c * (self.ends[a] - 1)) for a, c in coeffs.items())
+        if all(self.ends):  # an empty range touches nothing
+            self.lines.append(f"assert 0 <= {lo} and {hi} < {buf}.size, 'index out of bounds in {self.name}'")
+        return f"as_strided({buf}[{offset}:], {shape}, {strides})", axes
+
+    def index_array(self, u: UOp) -> str:
+        return f"np.broadcast_to({self.ref(u)}, {self.shape_for(self.deps[u])})"
+
+    # ---- one rule per op ----
+    def visit(self, u: UOp) -> None:
+        op = u.op
+        if op in (Ops.SINK, Ops.DEFINE_GLOBAL) or u in self.names:
+            return
+        if op is Ops.CONST:
+            self.names[u], self.deps[u] = f"{np_name(u.dtype)}({u.arg!r})", frozenset()
+        elif op is Ops.RANGE:
+            a = self.axis_of[u]
+            self.emit(u, f"np.arange({self.ends[a]}).reshape({self.shape_for(frozenset({a}))})", frozenset({a}))
+        elif op is Ops.DEFINE_VAR:
+            self.names[u], self.deps[u] = f"np.int64(vars[{u.arg[0]!r}])", frozenset()
+        elif op is Ops.LOAD:
+            self.render_load(u)
+        elif op is Ops.STORE:
+            self.render_store(u)
+        elif op is Ops.REDUCE:
+            self.render_reduce(u)
+        elif op in _UNARY:
+            self.emit(u, _UNARY[op].format(a=self.ref(u.src[0])), self.deps[u.src[0]])
+        elif op in (Ops.IDIV, Ops.MOD):
+            a, b = u.src
+            fast = a.vmin >= 0 and b.vmin > 0 and u.dtype.is_int
+            if u.dtype.is_float:
+                fn = "np.trunc({a} / {b})" if op is Ops.IDIV else "np.fmod({a}, {b})"
+            else:
+                fn = ("({a} // {b})" if op is Ops.IDIV else "({a} % {b})") if fast else (
+                    "_idiv({a}, {b})" if op is Ops.IDIV else "np.fmod({a}, {b})")
+            self.emit(u, fn.format(a=self.ref(a), b=self.ref(b)), self.deps[a] | self.deps[b])
+        elif op in _BINARY:
+            a, b = u.src
+            self.emit(u, _BINARY[op].format(a=self.ref(a), b=self.ref(b)), self.deps[a] | self.deps[b])
+        elif op is Ops.WHERE:
+            c, a, b = u.src
+            self.emit(u, f"np.where({self.ref(c)}, {self.ref(a)}, {self.ref(b)})",
+                      self.deps[c] | self.deps[a] | self.deps[b])  # fmt: skip
+        elif op is Ops.CAST:
+            self.emit(u, f"_cast({self.ref(u.src[0])}, {np_name(u.dtype)})", self.deps[u.src[0]])
+        elif op is Ops.BITCAST:
+            self.emit(u, f"np.asarray({self.ref(u.src[0])}).view({np_name(u.dtype)})", self.deps[u.src[0]])
+        else:
+            raise NotImplementedError(f"cpu renderer: no rule for {op}")
+
+    def render_load(self, u: UOp) -> None:
+        buf, idx = f"b{u.src[0].arg}", u.src[1]
+        aff = affine(idx, self.axis_of) if len(u.src) == 2 else None
+        if aff is not None:
+            expr, axes = self.view(buf, aff, u.dtype.itemsize)
+            self.emit(u, expr, axes)
+            return
+        if len(u.src) == 2:
+            self.emit(u, f"{buf}[{self.ref(idx)}]", self.deps[idx])
+            return
+        valid = u.src[2]
+        deps = self.deps[idx] | self.deps[valid]
+        self.emit(u, f"np.where({self.ref(valid)}, {buf}[np.where({self.ref(valid)}, {self.ref(idx)}, 0)], "
+                     f"{np_name(u.dtype)}(0))", deps)  # fmt: skip
+
+    def render_store(self, u: UOp) -> None:
+        buf, idx, value = f"b{u.src[0].arg}", u.src[1], u.src[2]
+        aff = affine(idx, self.axis_of)
+        if aff is not None:
+            expr, axes = self.view(buf, aff, u.src[0].dtype.itemsize)
+            self.lines.append(f"out = {expr}")
+            self.lines.append(f"np.copyto(out, {self.ref(value)}, casting='unsafe')")
+            return
+        axes = self.deps[idx] | self.deps[value]
+        shape = self.shape_for(axes)
+        self.lines.append(f"{buf}[np.broadcast_to({self.ref(idx)}, {shape})] = np.broadcast_to({self.ref(value)}, {shape})")
+
+    def render_reduce(self, u: UOp) -> None:
+        value, ranges = u.src[0], u.src[1:]
+        axes = frozenset(self.axis_of[r] for r in ranges)
+        out_deps = self.deps[value] - axes
+        missing = [self.ends[a] for a in sorted(axes - self.deps[value])]  # summed but constant along
+        out_shape = self.shape_for(out_deps)
+        if u.arg is Ops.ADD and value.op is Ops.MUL and self.deps[value] & axes:
+            a, b = value.src
+            letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+            sub = lambda d: "".join(letters[i] for i in sorted(d))  # noqa: E731
+            da, db = self.deps[a], self.deps[b]
+            expr = (f"np.einsum('{sub(da)},{sub(db)}->{sub(out_deps)}', "
+                    f"np.reshape({self.ref(a)}, {tuple(self.ends[i] for i in sorted(da))}), "
+                    f"np.reshape({self.ref(b)}, {tuple(self.ends[i] for i in sorted(db))}), optimize=True)"
+                    f".reshape({out_shape})")  # fmt: skip
+        else:
+            fn = "np.add.reduce" if u.arg is Ops.ADD else "np.maximum.reduce"
+            present = tuple(sorted(axes & self.deps[value]))
+            expr = f"{fn}({self.ref(value)}, axis={present}, keepdims=True)" if present else self.ref(value)
+            expr = f"np.asarray({expr}, dtype={np_name(u.dtype)}).reshape({out_shape})"
+        if missing and u.arg is Ops.ADD:
+            count = 1
+            for m in missing:
+                count *= m
+            expr = f"({expr} * {np_name(u.dtype)}({count}))"
+        self.emit(u, expr, out_deps)
+
+
+def render(name: str, ast: UOp) -> str:
+    return Renderer(name, ast).render()

@@ -1,0 +1,212 @@
+"""UOp: the one immutable, hash-consed node type of every stage of the compiler.
+
+Building a UOp equal to a live one returns the live one, so equality is identity and
+graphs are deduplicated for free. The table holds weak references: a graph nobody uses
+is freed. Shape and value bounds are derived and cached on first use; ``key`` is a
+content hash for persistent caches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+import weakref
+from collections.abc import Iterator
+from functools import cached_property
+from typing import Any
+
+from anneal_ir.dtype import DType, dtypes
+from anneal_ir.ops import GroupOp, Ops
+
+Shape = tuple[int, ...]
+
+
+def _arg_key(arg: Any) -> Any:
+    """Hash-consing key of an arg: floats by their bits, so 0.0 and -0.0 stay apart and a
+    NaN constant is found again."""
+    if isinstance(arg, float):
+        return ("f", struct.pack("<d", arg))
+    if isinstance(arg, tuple):
+        return tuple(_arg_key(a) for a in arg)
+    return (type(arg), arg)
+
+
+class UOpMeta(type):
+    _live: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        key = (op, dtype, src, _arg_key(arg))
+        if (found := UOpMeta._live.get(key)) is not None:
+            return found
+        node = super().__call__(op, dtype, src, arg)
+        UOpMeta._live[key] = node
+        return node
+
+
+class UOp(metaclass=UOpMeta):
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+
+    def __reduce__(self) -> tuple:
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def __repr__(self) -> str:
+        return pretty(self)
+
+    def replace(self, **kwargs: Any) -> UOp:
+        fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | kwargs
+        return UOp(fields["op"], fields["dtype"], fields["src"], fields["arg"])
+
+    # ---- construction helpers ----
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        return UOp(Ops.CONST, dtype, (), cast_value(value, dtype))
+
+    def const_like(self, value: Any) -> UOp:
+        return UOp.const(self.dtype, value)
+
+    def alu(self, op: Ops, *src: UOp) -> UOp:
+        out = dtypes.bool if op in GroupOp.Comparison else self.dtype
+        return UOp(op, out, (self, *src))
+
+    def _operand(self, x: UOp | int | float | bool) -> UOp:
+        return x if isinstance(x, UOp) else self.const_like(x)
+
+    def __add__(self, x: Any) -> UOp:
+        return self.alu(Ops.ADD, self._operand(x))
+
+    def __radd__(self, x: Any) -> UOp:
+        return self._operand(x).alu(Ops.ADD, self)
+
+    def __mul__(self, x: Any) -> UOp:
+        return self.alu(Ops.MUL, self._operand(x))
+
+    def __rmul__(self, x: Any) -> UOp:
+        return self._operand(x).alu(Ops.MUL, self)
+
+    def __sub__(self, x: Any) -> UOp:
+        return self + (-self._operand(x))
+
+    def __neg__(self) -> UOp:
+        return self.alu(Ops.NEG) if not self.dtype.is_int else self * -1
+
+    def __floordiv__(self, x: Any) -> UOp:
+        return self.alu(Ops.IDIV, self._operand(x))
+
+    def __mod__(self, x: Any) -> UOp:
+        return self.alu(Ops.MOD, self._operand(x))
+
+    def __lt__(self, x: Any) -> UOp:  # type: ignore[override]
+        return self.alu(Ops.CMPLT, self._operand(x))
+
+    def ne(self, x: Any) -> UOp:
+        return self.alu(Ops.CMPNE, self._operand(x))
+
+    def eq(self, x: Any) -> UOp:
+        return self.alu(Ops.CMPEQ, self._operand(x))
+
+    def maximum(self, x: Any) -> UOp:
+        return self.alu(Ops.MAX, self._operand(x))
+
+    def logical_and(self, x: Any) -> UOp:
+        return self.alu(Ops.AND, self._operand(x))
+
+    def where(self, a: Any, b: Any) -> UOp:
+        a = a if isinstance(a, UOp) else b.const_like(a)
+        b = b if isinstance(b, UOp) else a.const_like(b)
+        return UOp(Ops.WHERE, a.dtype, (self, a, b))
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+    # ---- derived, cached properties ----
+    @cached_property
+    def key(self) -> bytes:
+        """Content hash: same structure and args -> same key, in any process."""
+        h = hashlib.sha256(f"{self.op.name}|{self.dtype.name}|{arg_repr(self.arg)}".encode())
+        for s in self.src:
+            h.update(s.key)
+        return h.digest()
+
+    @cached_property
+    def shape(self) -> Shape | None:
+        from anneal_ir.shape import infer_shape
+
+        return infer_shape(self)
+
+    @cached_property
+    def size(self) -> int:
+        assert self.shape is not None, f"{self.op} has no shape"
+        return math.prod(self.shape)
+
+    @cached_property
+    def vmin(self) -> int | float | bool:
+        from anneal_ir.bounds import bounds
+
+        return bounds(self)[0]
+
+    @cached_property
+    def vmax(self) -> int | float | bool:
+        from anneal_ir.bounds import bounds
+
+        return bounds(self)[1]
+
+    def toposort(self) -> list[UOp]:
+        """Every node under self, sources before users (iterative: graphs can be deep)."""
+        seen: set[UOp] = set()
+        order: list[UOp] = []
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+        return order
+
+    def walk(self) -> Iterator[UOp]:
+        yield from self.toposort()
+
+
+def cast_value(value: Any, dtype: DType) -> Any:
+    """A Python value as it would be stored in dtype (used for CONST args)."""
+    if dtype.kind == "b":
+        return bool(value)
+    if dtype.is_int:
+        return int(value)
+    if dtype.is_float:
+        return float(value)
+    return value
+
+
+def arg_repr(arg: Any) -> str:
+    if isinstance(arg, float):
+        return struct.pack("<d", arg).hex()
+    if isinstance(arg, tuple):
+        return "(" + ",".join(arg_repr(a) for a in arg) + ")"
+    if isinstance(arg, Ops):
+        return arg.name
+    if hasattr(arg, "content_key"):
+        return arg.content_key()
+    return repr(arg)
+
+
+def pretty(root: UOp, limit: int = 60) -> str:
+    """One line per node, sources by number: readable for graphs of any depth."""
+    nodes = root.toposort()
+    ids = {n: i for i, n in enumerate(nodes)}
+    lines = []
+    for n in nodes[-limit:]:
+        srcs = ",".join(f"%{ids[s]}" for s in n.src)
+        arg = "" if n.arg is None else f" {n.arg!r}"
+        lines.append(f"%{ids[n]} = {n.op.name} {n.dtype.name} ({srcs}){arg}")
+    if len(nodes) > limit:
+        lines.insert(0, f"... {len(nodes) - limit} more nodes")
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""The Backend protocol and device limits: what a backend gives the scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from anneal_ir import UOp
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the scheduler and optimizer must respect; a backend reads these from its device."""
+
+    max_buffers: int = 1 << 30  # storage buffers one kernel may bind
+    max_workgroup_size: tuple[int, int, int] = (1, 1, 1)
+    max_workgroup_invocations: int = 1
+    max_shared_memory: int = 0
+    max_workgroups_per_dim: int = 1 << 31
+    max_binding_size: int = 1 << 62
+    f16: bool = True
+
+
+@runtime_checkable
+class Program(Protocol):
+    name: str
+    source: str
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    limits: Limits
+
+    def allocate(self, nbytes: int) -> Any: ...
+
+    def copy_in(self, handle: Any, data: np.ndarray) -> None: ...
+
+    def copy_out(self, handle: Any, nbytes: int) -> np.ndarray: ...
+
+    def compile(self, name: str, ast: UOp) -> Program: ...
+
+    def run(self, program: Program, buffers: list[Any], var_values: dict[str, int]) -> None: ...
+
+    def synchronize(self) -> None: ...

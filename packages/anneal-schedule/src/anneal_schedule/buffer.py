@@ -1,0 +1,54 @@
+"""Buffer: device memory behind a BUFFER node. Allocated on first use, freed with the object."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from anneal_ir import DType
+from anneal_schedule.backend import Backend
+
+_ids = itertools.count()
+
+
+class Buffer:
+    """``size`` elements of ``dtype`` on ``device`` (a registered backend's name).
+
+    Buffers compare by identity, so a BUFFER UOp names one piece of memory; ``content_key``
+    is what persistent caches see instead (never the identity).
+    """
+
+    __slots__ = ("device", "backend", "size", "dtype", "handle", "uid", "__weakref__")
+
+    def __init__(self, device: str, backend: Backend, size: int, dtype: DType):
+        self.device, self.backend, self.size, self.dtype = device, backend, size, dtype
+        self.handle: Any = None
+        self.uid = next(_ids)
+
+    def __repr__(self) -> str:
+        return f"Buffer<{self.device}:{self.uid} {self.dtype.name}[{self.size}]>"
+
+    def content_key(self) -> str:
+        return f"Buffer({self.device},{self.dtype.name},{self.size})"
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def ensure(self) -> Any:
+        if self.handle is None:
+            self.handle = self.backend.allocate(max(self.nbytes, 1))
+        return self.handle
+
+    def copy_in(self, data: np.ndarray) -> Buffer:
+        flat = np.ascontiguousarray(data, dtype=self.dtype.np).reshape(-1)
+        assert flat.size == self.size, f"copy_in of {flat.size} elements into a buffer of {self.size}"
+        self.backend.copy_in(self.ensure(), flat)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        raw = self.backend.copy_out(self.ensure(), self.nbytes)
+        return np.frombuffer(raw.tobytes() if not raw.flags.c_contiguous else raw, dtype=self.dtype.np,
+                             count=self.size).copy()  # fmt: skip

@@ -1,0 +1,215 @@
+"""Rangeify: turn a tensor-level graph into kernel ASTs of loops over RANGEs.
+
+Every realize point (an output, a CONTIGUOUS, a reduction whose result is broadcast back
+or used more than once) becomes one kernel: ``STORE(out, index(ranges), value)``. The value
+is the tensor graph re-expressed at an index: movement ops never copy, they rewrite the
+index (reshape = flatten + re-split, permute = reorder, expand = 0, shrink = offset,
+flip = mirror, pad = offset plus a validity gate). Elementwise chains fuse into their
+consumer; a reduction read once, element for element, fuses too; anything else that is
+read is loaded from the buffer of an earlier kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from anneal_ir import GroupOp, Ops, UOp, dtypes
+from anneal_ir.uop import Shape
+
+INDEX = dtypes.int64
+Index = tuple[UOp, ...]
+
+
+def iconst(v: int) -> UOp:
+    return UOp.const(INDEX, v)
+
+
+def strides_of(shape: Shape) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def flat_index(idx: Index, shape: Shape) -> UOp:
+    acc = iconst(0)
+    for i, st, d in zip(idx, strides_of(shape), shape):
+        if d != 1:
+            acc = acc + i * st
+    return acc
+
+
+def split_index(flat: UOp, shape: Shape) -> Index:
+    return tuple(iconst(0) if d == 1 else (flat // st) % d for st, d in zip(strides_of(shape), shape))
+
+
+def and_valid(a: UOp | None, b: UOp | None) -> UOp | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a.logical_and(b)
+
+
+# ---- movement ops as index rewrites: (node, index of the output) -> (index of the source, extra valid) ----
+
+
+def _reshape(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
+    src_shape = u.src[0].shape
+    assert src_shape is not None
+    if src_shape == u.arg:
+        return idx, None
+    return split_index(flat_index(idx, u.arg), src_shape), None
+
+
+def _permute(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
+    out: list[UOp] = [iconst(0)] * len(idx)
+    for i, p in enumerate(u.arg):
+        out[p] = idx[i]
+    return tuple(out), None
+
+
+def _expand(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
+    src_shape = u.src[0].shape
+    assert src_shape is not None
+    return tuple(iconst(0) if s == 1 and d != 1 else i for i, s, d in zip(idx, src_shape, u.arg)), None
+
+
+def _shrink(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
+    return tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)), None
+
+
+def _flip(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
+    shape = u.shape
+    assert shape is not None
+    return tuple(iconst(d - 1) - i if a in u.arg else i for a, (i, d) in enumerate(zip(idx, shape))), None
+
+
+def _pad(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
+    src_shape = u.src[0].shape
+    assert src_shape is not None
+    out, valid = [], None
+    for i, (b, a), d in zip(idx, u.arg, src_shape):
+        if b == 0 and a == 0:
+            out.append(i)
+            continue
+        j = i - b if b else i
+        out.append(j)
+        clause = iconst(-1) < j if b > 0 else None  # j >= 0
+        if a > 0:
+            clause = and_valid(clause, j < d)
+        valid = and_valid(valid, clause)
+    return tuple(out), valid
+
+
+MOVEMENT: dict[Ops, Callable[[UOp, Index], tuple[Index, UOp | None]]] = {
+    Ops.RESHAPE: _reshape,
+    Ops.PERMUTE: _permute,
+    Ops.EXPAND: _expand,
+    Ops.SHRINK: _shrink,
+    Ops.FLIP: _flip,
+    Ops.PAD: _pad,
+}
+
+
+def broadcasts(u: UOp) -> bool:
+    """Does this movement op read some source element more than once?"""
+    if u.op is Ops.EXPAND:
+        src_shape = u.src[0].shape
+        assert src_shape is not None
+        return any(s != d for s, d in zip(src_shape, u.arg))
+    return False
+
+
+@dataclass
+class KernelBuilder:
+    """Builds one kernel's AST; ``materialized(node)`` names where an earlier kernel left it."""
+
+    root: UOp
+    materialized: Callable[[UOp], int | None]  # node -> schedule slot, or None if not (yet) a buffer
+    must_realize: Callable[[UOp, bool], bool]  # (node, read through a broadcast) -> needs its own kernel
+    slots: list[int] = field(default_factory=list)  # DEFINE_GLOBAL i reads/writes schedule slot slots[i]
+    n_ranges: int = 0
+    memo: dict[tuple, UOp] = field(default_factory=dict)
+    fused: set[UOp] = field(default_factory=set)  # tensor-level nodes computed inside this kernel
+
+    def glob(self, slot: int, dtype: object) -> UOp:
+        if slot not in self.slots:
+            self.slots.append(slot)
+        return UOp(Ops.DEFINE_GLOBAL, dtype, (), self.slots.index(slot))  # type: ignore[arg-type]
+
+    def new_range(self, end: int, kind: str) -> UOp:
+        r = UOp(Ops.RANGE, INDEX, (iconst(end),), (self.n_ranges, kind))
+        self.n_ranges += 1
+        return r
+
+    def build(self, out_slot: int) -> UOp:
+        shape = self.root.shape
+        assert shape is not None
+        idx = tuple(iconst(0) if d == 1 else self.new_range(d, "global") for d in shape)
+        value = self.lower(self.root, idx, None, False, is_root=True)
+        store = UOp(Ops.STORE, dtypes.void, (self.glob(out_slot, self.root.dtype), flat_index(idx, shape), value))
+        return UOp(Ops.SINK, dtypes.void, (store,))
+
+    def load(self, slot: int, node: UOp, idx: Index, valid: UOp | None) -> UOp:
+        shape = node.shape
+        assert shape is not None
+        buf = self.glob(slot, node.dtype)
+        index = flat_index(idx, shape)
+        return UOp(Ops.LOAD, node.dtype, (buf, index) if valid is None else (buf, index, valid))
+
+    def lower(self, u: UOp, idx: Index, valid: UOp | None, through_broadcast: bool, is_root: bool = False) -> UOp:
+        key = (u, idx, valid, through_broadcast, is_root)
+        if key not in self.memo:
+            self.memo[key] = self._lower(u, idx, valid, through_broadcast, is_root)
+        return self.memo[key]
+
+    def _lower(self, u: UOp, idx: Index, valid: UOp | None, bc: bool, is_root: bool) -> UOp:
+        if not is_root:
+            slot = self.materialized(u)
+            if slot is None and self.must_realize(u, bc):
+                raise NeedsRealize(u)
+            if slot is not None:
+                return self.load(slot, u, idx, valid)
+        self.fused.add(u)
+        if u.op is Ops.CONST:
+            return u
+        if u.op is Ops.DEFINE_VAR:
+            return u
+        if u.op is Ops.IOTA:
+            return idx[0]
+        if u.op in MOVEMENT:
+            src_idx, extra = MOVEMENT[u.op](u, idx)
+            new_valid = and_valid(valid, extra)
+            inner = self.lower(u.src[0], src_idx, new_valid, bc or broadcasts(u))
+            return inner if extra is None else extra.where(inner, inner.const_like(0))
+        if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
+            return self.lower(u.src[0], idx, valid, bc)
+        if u.op is Ops.REDUCE_AXIS:
+            op, axes = u.arg
+            src_shape = u.src[0].shape
+            assert src_shape is not None
+            ranges = []
+            src_idx = list(idx)
+            for a in axes:
+                if src_shape[a] == 1:
+                    src_idx[a] = iconst(0)
+                    continue
+                r = self.new_range(src_shape[a], "reduce")
+                ranges.append(r)
+                src_idx[a] = r
+            value = self.lower(u.src[0], tuple(src_idx), valid, True)
+            return UOp(Ops.REDUCE, u.dtype, (value, *ranges), op) if ranges else value
+        if u.op in GroupOp.Elementwise:
+            return u.replace(src=tuple(self.lower(s, idx, valid, bc) for s in u.src))
+        raise NotImplementedError(f"rangeify: no rule for {u.op}")
+
+
+class NeedsRealize(Exception):
+    """Raised while building a kernel: this node must be materialized first."""
+
+    def __init__(self, node: UOp):
+        super().__init__(node.op.name)
+        self.node = node

@@ -1,0 +1,66 @@
+"""Runner: binds a Schedule to buffers on one backend and runs its kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from anneal_ir import UOp
+from anneal_schedule.backend import Backend, Program
+from anneal_schedule.buffer import Buffer
+from anneal_schedule.schedule import Schedule, Scheduler
+
+
+@dataclass
+class RunStats:
+    kernels_run: int = 0
+    programs_compiled: int = 0
+
+
+@dataclass
+class Runner:
+    """One per device: a scheduler, a program cache keyed by kernel content hash, stats."""
+
+    device: str
+    backend: Backend
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    programs: dict[bytes, Program] = field(default_factory=dict)
+    stats: RunStats = field(default_factory=RunStats)
+
+    def __post_init__(self) -> None:
+        self.scheduler.max_buffers = self.backend.limits.max_buffers
+
+    def program(self, name: str, ast: UOp) -> Program:
+        prog = self.programs.get(ast.key)
+        if prog is None:
+            prog = self.backend.compile(name, ast)
+            self.programs[ast.key] = prog
+            self.stats.programs_compiled += 1
+        return prog
+
+    def realize(self, outputs: list[UOp], var_values: dict[str, int] | None = None) -> list[Buffer]:
+        """Schedule and run; returns one Buffer per output."""
+        sched, inputs = self.scheduler.schedule(outputs)
+        return self.execute(sched, inputs, var_values or {})
+
+    def execute(self, sched: Schedule, inputs: list[Buffer], var_values: dict[str, int]) -> list[Buffer]:
+        physical: dict[int, Buffer] = {}
+        slots: list[Buffer] = list(inputs)
+        for k, (size, dtype) in enumerate(sched.buffers):
+            pid = sched.physical[k]
+            if pid not in physical:
+                physical[pid] = Buffer(self.device, self.backend, size, dtype)
+            buf = physical[pid]
+            slots.append(buf if buf.dtype == dtype and buf.size == size else _alias(buf, size, dtype))
+        for kern in sched.kernels:
+            prog = self.program(kern.name, kern.ast)
+            self.backend.run(prog, [slots[s].ensure() for s in kern.slots], var_values)
+            self.stats.kernels_run += 1
+        return [slots[s] for s in sched.outputs]
+
+
+def _alias(buf: Buffer, size: int, dtype: Any) -> Buffer:
+    """A view of the same memory under another dtype of equal byte size (memory planning)."""
+    alias = Buffer(buf.device, buf.backend, size, dtype)
+    alias.handle = buf.ensure()
+    return alias

@@ -1,0 +1,61 @@
+"""Realization: one Runner per device, and the map from computed graphs to their buffers.
+
+After a graph is computed, its UOp maps to a view of the result buffer, so every tensor
+that shares that subgraph reads the buffer instead of recomputing it. The map holds its
+keys weakly: it lives only as long as the graph does.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+
+from anneal.registry import get_backend
+from anneal_ir import Ops, UOp, graph_rewrite
+from anneal_ir.pattern import PatternMatcher, UPat
+from anneal_schedule.buffer import Buffer
+from anneal_schedule.runner import Runner
+
+_realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+@functools.cache
+def runner(device: str) -> Runner:
+    name, backend = get_backend(device)
+    return Runner(name, backend)  # type: ignore[arg-type]
+
+
+def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+    base = UOp(Ops.BUFFER, buf.dtype, (), buf)
+    return base if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (base,), shape)
+
+
+def as_buffer(u: UOp) -> Buffer | None:
+    """The Buffer behind u when u is a plain (contiguous, same-size) view of one."""
+    if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
+        u = u.src[0]
+    return u.arg if u.op is Ops.BUFFER else None
+
+
+def _use_realized(x: UOp) -> UOp | None:
+    return _realized.get(x)
+
+
+_substitute_realized = PatternMatcher([(UPat(name="x"), _use_realized)], "use_realized")
+
+
+def realize(device: str, uops: list[UOp]) -> list[UOp]:
+    """Compute uops on device; returns the buffer view that now stands for each."""
+    todo = [u for u in uops if as_buffer(u) is None]
+    if not todo:
+        return uops
+    sink = UOp(Ops.SINK, src=tuple(todo))
+    if _realized:
+        sink = graph_rewrite(sink, _substitute_realized, bottom_up=True, name="use_realized")
+    bufs = runner(device).realize(list(sink.src))
+    views = {}
+    for u, buf in zip(todo, bufs):
+        assert u.shape is not None
+        views[u] = buffer_view(buf, u.shape)
+        _realized[u] = views[u]
+    return [views.get(u, u) for u in uops]

@@ -1,0 +1,1122 @@
+"""Tensor: a lazy n-d array with PyTorch's names and semantics, built on UOps.
+
+Every op builds graph; nothing runs until a value is needed (numpy(), item(), realize()).
+Composite ops are written in terms of the primitives, so the compiler sees (and fuses)
+everything; numpy is used only to bring data in and out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from anneal import random as _random
+from anneal.realize import as_buffer, buffer_view, realize
+from anneal.registry import resolve_device
+from anneal_ir import DType, Ops, UOp, dtypes, promote_types
+from anneal_ir.dtype import result_type_with_scalar, scalar_dtype
+from anneal_schedule.buffer import Buffer
+
+Scalar = int | float | bool
+Shape = tuple[int, ...]
+
+
+def _shape_arg(shape: Any) -> tuple[Any, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _norm_dim(dim: int, ndim: int, op: str = "dim") -> int:
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dimension {dim} out of range for a tensor of {ndim} dims (expected [{-n}, {n - 1}])")
+    return dim % n
+
+
+def broadcast_shape(*shapes: Shape, op: str = "broadcast") -> Shape:
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for dims in zip(*padded):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            raise ValueError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+class Tensor:
+    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    __array_priority__ = 1000  # make numpy defer to our reflected operators
+
+    def __init__(self, data: Any, dtype: DType | str | None = None, device: str | None = None,
+                 requires_grad: bool = False):  # fmt: skip
+        dev = resolve_device(device or "auto")[0]
+        if isinstance(data, UOp):
+            self.uop = data if dtype is None else data.cast(dtypes.from_any(dtype))
+        elif isinstance(data, Tensor):
+            self.uop = data.uop if dtype is None else data.uop.cast(dtypes.from_any(dtype))
+            dev = data.device if device is None else dev
+        else:
+            arr, dt = _to_numpy(data, None if dtype is None else dtypes.from_any(dtype))
+            buf = Buffer(dev, _backend(dev), arr.size, dt).copy_in(_to_storage(arr, dt))
+            self.uop = buffer_view(buf, arr.shape)
+        self.device: str = dev
+        self.requires_grad = requires_grad
+        self.grad: Tensor | None = None
+
+    # ---- construction helpers ----
+    @staticmethod
+    def _from(uop: UOp, device: str, requires_grad: bool = False) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t.uop, t.device, t.requires_grad, t.grad = uop, device, requires_grad, None
+        return t
+
+    def _new(self, uop: UOp) -> Tensor:
+        return Tensor._from(uop, self.device)
+
+    @staticmethod
+    def full(shape: Any, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None,
+             requires_grad: bool = False) -> Tensor:  # fmt: skip
+        shape = _shape_arg(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        dt = dtypes.from_any(dtype) if dtype is not None else scalar_dtype(fill_value)
+        dev = resolve_device(device or "auto")[0]
+        u = UOp.const(dt, fill_value)
+        if shape:
+            u = UOp(Ops.RESHAPE, dt, (u,), (1,) * len(shape))
+            u = UOp(Ops.EXPAND, dt, (u,), tuple(int(s) for s in shape))
+        return Tensor._from(u, dev, requires_grad)
+
+    @staticmethod
+    def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+              requires_grad: bool = False) -> Tensor:  # fmt: skip
+        return Tensor.full(_shape_arg(shape), 0.0, dtype or dtypes.default_float, device, requires_grad)
+
+    @staticmethod
+    def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+             requires_grad: bool = False) -> Tensor:  # fmt: skip
+        return Tensor.full(_shape_arg(shape), 1.0, dtype or dtypes.default_float, device, requires_grad)
+
+    @staticmethod
+    def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, dtype: DType | str | None = None,
+               device: str | None = None) -> Tensor:  # fmt: skip
+        if end is None:
+            start, end = 0, start
+        n = max(0, math.ceil((end - start) / step))
+        dt = dtypes.from_any(dtype) if dtype is not None else (
+            dtypes.default_float if any(isinstance(v, float) for v in (start, end, step)) else dtypes.default_int)
+        dev = resolve_device(device or "auto")[0]
+        iota = Tensor._from(UOp(Ops.IOTA, dtypes.int64, (), n), dev)
+        return (iota.cast(dt) * step + start).cast(dt) if (step, start) != (1, 0) else iota.cast(dt)
+
+    @staticmethod
+    def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        m = n if m is None else m
+        r = Tensor.arange(n, device=device).reshape(n, 1)
+        c = Tensor.arange(m, device=device).reshape(1, m)
+        return (r == c).cast(dtypes.from_any(dtype) if dtype else dtypes.default_float)
+
+    @staticmethod
+    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+             requires_grad: bool = False) -> Tensor:  # fmt: skip
+        data = _random.generator().random(_shape_arg(shape), dtype=np.float32)
+        return Tensor(data, dtype or dtypes.default_float, device, requires_grad)
+
+    @staticmethod
+    def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+              requires_grad: bool = False) -> Tensor:  # fmt: skip
+        data = _random.generator().standard_normal(_shape_arg(shape), dtype=np.float32)
+        return Tensor(data, dtype or dtypes.default_float, device, requires_grad)
+
+    @staticmethod
+    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
+                device: str | None = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
+        data = _random.generator().uniform(low, high, _shape_arg(shape)).astype(np.float32)
+        return Tensor(data, dtype or dtypes.default_float, device, requires_grad)
+
+    @staticmethod
+    def randint(low: int, high: int, size: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        data = _random.generator().integers(low, high, size=_shape_arg(size) if isinstance(size, (tuple, list))
+                                            else (size,))  # fmt: skip
+        return Tensor(data, dtype or dtypes.int64, device)
+
+    def zeros_like(self, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.full(self.shape, 0, dtype or self.dtype, self.device)
+
+    def ones_like(self, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.full(self.shape, 1, dtype or self.dtype, self.device)
+
+    def full_like(self, fill_value: Scalar, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.full(self.shape, fill_value, dtype or self.dtype, self.device)
+
+    # ---- properties and data out ----
+    @property
+    def shape(self) -> Shape:
+        s = self.uop.shape
+        assert s is not None
+        return s
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[_norm_dim(dim, self.ndim)]
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.shape} {self.dtype.name} on {self.device}{' requires_grad' if self.requires_grad else ''}>"
+
+    def realize(self) -> Tensor:
+        (self.uop,) = realize(self.device, [self.uop])
+        return self
+
+    def numpy(self) -> np.ndarray:
+        self.realize()
+        buf = as_buffer(self.uop)
+        assert buf is not None
+        return _from_storage(buf.numpy(), self.dtype).reshape(self.shape)
+
+    def item(self) -> Any:
+        if self.numel() != 1:
+            raise ValueError(f"item(): a tensor with {self.numel()} elements cannot be converted to a Python scalar")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def to(self, *args: Any, **kwargs: Any) -> Tensor:
+        """to(device), to(dtype) or to(device, dtype), as torch."""
+        device, dtype = kwargs.get("device"), kwargs.get("dtype")
+        for a in args:
+            if isinstance(a, DType):
+                dtype = a
+            elif isinstance(a, str) and a in dtypes.__dict__:
+                dtype = dtypes.from_any(a)
+            else:
+                device = a
+        out = self if dtype is None else self.cast(dtype)
+        if device is not None:
+            dev = resolve_device(device)[0]
+            if dev != out.device:
+                return Tensor(out.numpy(), out.dtype, dev, self.requires_grad)
+        return out
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def detach(self) -> Tensor:
+        return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+    def contiguous(self) -> Tensor:
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+    def clone(self) -> Tensor:
+        return self.contiguous()
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        return self._new(self.uop.cast(dtypes.from_any(dtype)))
+
+    def type(self, dtype: DType | str) -> Tensor:
+        return self.cast(dtype)
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        dt = dtypes.from_any(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise TypeError(f"bitcast: {self.dtype.name} and {dt.name} differ in size")
+        return self._new(UOp(Ops.BITCAST, dt, (self.uop,)))
+
+    # ---- elementwise core ----
+    def _operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        if isinstance(other, Tensor):
+            if other.device != self.device:
+                raise RuntimeError(f"{op}: tensors are on different devices ({self.device} and {other.device});"
+                                   " move one with .to(device)")  # fmt: skip
+            dt = promote_types(self.dtype, other.dtype)
+            a, b = self.cast(dt), other.cast(dt)
+        else:
+            if isinstance(other, np.ndarray):
+                return self._operands(Tensor(other, device=self.device), op, reverse)
+            dt = result_type_with_scalar(self.dtype, other)
+            a = self.cast(dt)
+            b = Tensor.full((), other, dt, self.device)
+        shape = broadcast_shape(a.shape, b.shape, op=op)
+        a, b = a._broadcast_to(shape), b._broadcast_to(shape)
+        return (b, a) if reverse else (a, b)
+
+    def _broadcast_to(self, shape: Shape) -> Tensor:
+        if self.shape == shape:
+            return self
+        x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
+        return x.expand(shape)
+
+    def _alu(self, op: Ops, *others: Tensor) -> Tensor:
+        return self._new(self.uop.alu(op, *(o.uop for o in others)))
+
+    def _binary(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
+        a, b = self._operands(other, name, reverse)
+        return a._alu(op, b)
+
+    def _float(self) -> Tensor:
+        return self if self.dtype.is_float else self.cast(dtypes.default_float)
+
+    def add(self, other: Any, alpha: Scalar = 1) -> Tensor:
+        return self._binary(Ops.ADD, other if alpha == 1 else other * alpha, "add")
+
+    def sub(self, other: Any) -> Tensor:
+        a, b = self._operands(other, "sub")
+        return a._alu(Ops.ADD, -b)
+
+    def mul(self, other: Any) -> Tensor:
+        return self._binary(Ops.MUL, other, "mul")
+
+    def div(self, other: Any, rounding_mode: str | None = None) -> Tensor:
+        a, b = self._operands(other, "div")
+        if rounding_mode == "floor":
+            return a._floordiv(b)
+        if rounding_mode == "trunc":
+            return a._alu(Ops.IDIV, b) if a.dtype.is_int else (a._float() / b._float()).trunc()
+        a, b = a._float(), b._float()
+        return a._alu(Ops.MUL, b._alu(Ops.RECIPROCAL))
+
+    def _floordiv(self, b: Tensor) -> Tensor:
+        if self.dtype.is_float:
+            return (self / b).floor()
+        q = self._alu(Ops.IDIV, b)
+        fix = (self._alu(Ops.MOD, b) != 0) & ((self < 0) != (b < 0))
+        return q - fix.cast(q.dtype)
+
+    def __add__(self, o: Any) -> Tensor:
+        return self.add(o)
+
+    def __radd__(self, o: Any) -> Tensor:
+        return self._binary(Ops.ADD, o, "add", reverse=True)
+
+    def __sub__(self, o: Any) -> Tensor:
+        return self.sub(o)
+
+    def __rsub__(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "sub", reverse=True)
+        return a._alu(Ops.ADD, -b)
+
+    def __mul__(self, o: Any) -> Tensor:
+        return self.mul(o)
+
+    def __rmul__(self, o: Any) -> Tensor:
+        return self._binary(Ops.MUL, o, "mul", reverse=True)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        return self.div(o)
+
+    def __rtruediv__(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "div", reverse=True)
+        return a.div(b)
+
+    def __floordiv__(self, o: Any) -> Tensor:
+        return self.div(o, rounding_mode="floor")
+
+    def __rfloordiv__(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "floordiv", reverse=True)
+        return a._floordiv(b)
+
+    def __mod__(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "remainder")
+        return a - a._floordiv(b) * b
+
+    def __pow__(self, o: Any) -> Tensor:
+        return self.pow(o)
+
+    def __rpow__(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "pow", reverse=True)
+        return a.pow(b)
+
+    def __neg__(self) -> Tensor:
+        return self.neg()
+
+    def __matmul__(self, o: Tensor) -> Tensor:
+        return self.matmul(o)
+
+    def __rmatmul__(self, o: Tensor) -> Tensor:
+        return o.matmul(self)
+
+    def __lt__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(Ops.CMPLT, o, "lt")
+
+    def __gt__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(Ops.CMPLT, o, "gt", reverse=True)
+
+    def __le__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return (self > o).logical_not()
+
+    def __ge__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return (self < o).logical_not()
+
+    def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(Ops.CMPEQ, o, "eq")
+
+    def __ne__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(Ops.CMPNE, o, "ne")
+
+    __hash__ = object.__hash__
+
+    def __and__(self, o: Any) -> Tensor:
+        return self._binary(Ops.AND, o, "and")
+
+    def __or__(self, o: Any) -> Tensor:
+        return self._binary(Ops.OR, o, "or")
+
+    def __xor__(self, o: Any) -> Tensor:
+        return self._binary(Ops.XOR, o, "xor")
+
+    def __invert__(self) -> Tensor:
+        return self.logical_not() if self.dtype == dtypes.bool else self._binary(Ops.XOR, -1, "invert")
+
+    def lt(self, o: Any) -> Tensor:
+        return self < o
+
+    def gt(self, o: Any) -> Tensor:
+        return self > o
+
+    def le(self, o: Any) -> Tensor:
+        return self <= o
+
+    def ge(self, o: Any) -> Tensor:
+        return self >= o
+
+    def eq(self, o: Any) -> Tensor:
+        return self == o
+
+    def ne(self, o: Any) -> Tensor:
+        return self != o
+
+    def logical_not(self) -> Tensor:
+        return self.cast(dtypes.bool)._binary(Ops.CMPNE, True, "logical_not")
+
+    def logical_and(self, o: Any) -> Tensor:
+        return self.cast(dtypes.bool) & (o.cast(dtypes.bool) if isinstance(o, Tensor) else bool(o))
+
+    def logical_or(self, o: Any) -> Tensor:
+        return self.cast(dtypes.bool) | (o.cast(dtypes.bool) if isinstance(o, Tensor) else bool(o))
+
+    # ---- unary math ----
+    def neg(self) -> Tensor:
+        return self._alu(Ops.NEG) if self.dtype != dtypes.bool else self.logical_not()
+
+    def exp2(self) -> Tensor:
+        return self._float()._alu(Ops.EXP2)
+
+    def log2(self) -> Tensor:
+        return self._float()._alu(Ops.LOG2)
+
+    def exp(self) -> Tensor:
+        return (self._float() * (1 / math.log(2))).exp2()
+
+    def log(self) -> Tensor:
+        return self.log2() * math.log(2)
+
+    def sqrt(self) -> Tensor:
+        return self._float()._alu(Ops.SQRT)
+
+    def rsqrt(self) -> Tensor:
+        return self.sqrt().reciprocal()
+
+    def reciprocal(self) -> Tensor:
+        return self._float()._alu(Ops.RECIPROCAL)
+
+    def sin(self) -> Tensor:
+        return self._float()._alu(Ops.SIN)
+
+    def cos(self) -> Tensor:
+        return (math.pi / 2 - self._float()).sin()
+
+    def tan(self) -> Tensor:
+        return self.sin() / self.cos()
+
+    def trunc(self) -> Tensor:
+        return self._alu(Ops.TRUNC) if self.dtype.is_float else self
+
+    def floor(self) -> Tensor:
+        t = self.trunc()
+        return t - (self < t).cast(self.dtype) if self.dtype.is_float else self
+
+    def ceil(self) -> Tensor:
+        t = self.trunc()
+        return t + (self > t).cast(self.dtype) if self.dtype.is_float else self
+
+    def round(self) -> Tensor:
+        """Half to even, as torch.round."""
+        f = self.floor()
+        diff = self - f
+        up = (diff > 0.5) | ((diff == 0.5) & ((f % 2) != 0))
+        return f + up.cast(self.dtype)
+
+    def abs(self) -> Tensor:
+        return self.maximum(-self) if self.dtype != dtypes.bool else self
+
+    def sign(self) -> Tensor:
+        return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+
+    def square(self) -> Tensor:
+        return self * self
+
+    def sigmoid(self) -> Tensor:
+        return (1 + (-self._float()).exp()).reciprocal()
+
+    def tanh(self) -> Tensor:
+        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+
+    def relu(self) -> Tensor:
+        return (self > 0).where(self, 0)
+
+    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
+        return (self > 0).where(self, self * negative_slope)
+
+    def silu(self) -> Tensor:
+        return self * self.sigmoid()
+
+    def erf(self) -> Tensor:
+        # Abramowitz & Stegun 7.1.26 refined (max abs error 1.5e-7): float32-accurate
+        x = self._float()
+        t = 1.0 / (1.0 + 0.3275911 * x.abs())
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        y = 1.0 - poly * (-(x * x)).exp()
+        return x.sign() * y
+
+    def gelu(self, approximate: str = "none") -> Tensor:
+        x = self._float()
+        if approximate == "tanh":
+            return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+        return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+
+    def softplus(self, beta: float = 1.0) -> Tensor:
+        return (1 + (self * beta).exp()).log() / beta
+
+    def maximum(self, o: Any) -> Tensor:
+        return self._binary(Ops.MAX, o, "maximum")
+
+    def minimum(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "minimum")
+        if a.dtype == dtypes.bool:
+            return a & b
+        return -((-a)._alu(Ops.MAX, -b))
+
+    def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - torch's names
+        out = self
+        if min is not None:
+            out = out.maximum(min)
+        if max is not None:
+            out = out.minimum(max)
+        return out
+
+    clamp = clip
+
+    def where(self, a: Any, b: Any) -> Tensor:
+        """self as the condition: torch.where(self, a, b)."""
+        return where(self, a, b)
+
+    def pow(self, o: Any) -> Tensor:
+        if not isinstance(o, Tensor):
+            if o == 2:
+                return self * self
+            if o == 1:
+                return self + 0
+            if o == 0.5:
+                return self.sqrt()
+            if o == -1:
+                return self.reciprocal()
+            if o == 0:
+                return self.ones_like()
+        a, b = self._operands(o, "pow")
+        if a.dtype.is_int and isinstance(o, int) and o > 0:
+            out = a
+            for _ in range(o - 1):
+                out = out * a
+            return out
+        a, b = a._float(), b._float()
+        mag = (b * a.abs().log2()).exp2()
+        odd = (b.abs() % 2) == 1
+        is_int = b == b.trunc()
+        neg = a < 0
+        res = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
+        return ((a == 0) & (b == 0)).where(1.0, res)
+
+    # ---- movement ----
+    def reshape(self, *shape: Any) -> Tensor:
+        shape = _shape_arg(shape)
+        if shape.count(-1) > 1:
+            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+        known = math.prod(s for s in shape if s != -1)
+        if -1 in shape:
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"reshape: shape {tuple(shape)} is invalid for input of shape {self.shape}")
+            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+        shape = tuple(int(s) for s in shape)
+        if math.prod(shape) != self.numel():
+            raise ValueError(f"reshape: shape {shape} is invalid for input of shape {self.shape} "
+                             f"({self.numel()} elements)")  # fmt: skip
+        if shape == self.shape:
+            return self
+        return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
+
+    view = reshape
+
+    def permute(self, *dims: Any) -> Tensor:
+        dims = tuple(_norm_dim(d, self.ndim, "permute") for d in _shape_arg(dims))
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: {dims} is not a permutation of the {self.ndim} dims of shape {self.shape}")
+        if dims == tuple(range(self.ndim)):
+            return self
+        return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), dims))
+
+    def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = _norm_dim(dim0, self.ndim, "transpose"), _norm_dim(dim1, self.ndim, "transpose")
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - torch's name
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 - torch's name
+        return self.transpose(-2, -1)
+
+    def expand(self, *sizes: Any) -> Tensor:
+        sizes = _shape_arg(sizes)
+        if len(sizes) < self.ndim:
+            raise ValueError(f"expand: {tuple(sizes)} has fewer dims than shape {self.shape}")
+        x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape) if len(sizes) > self.ndim else self
+        new = tuple(s if n == -1 else n for s, n in zip(x.shape, sizes))
+        for s, n in zip(x.shape, new):
+            if s != n and s != 1:
+                raise ValueError(f"expand: shape {self.shape} cannot be expanded to {tuple(sizes)}")
+        if new == x.shape:
+            return x
+        return x._new(UOp(Ops.EXPAND, self.dtype, (x.uop,), new))
+
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(other.shape)
+
+    def flip(self, *dims: Any) -> Tensor:
+        axes = tuple(sorted({_norm_dim(d, self.ndim, "flip") for d in _shape_arg(dims)}))
+        axes = tuple(a for a in axes if self.shape[a] > 1)
+        return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), axes)) if axes else self
+
+    def _shrink(self, arg: Sequence[tuple[int, int]]) -> Tensor:
+        arg = tuple((int(b), int(e)) for b, e in arg)
+        if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)):
+            return self
+        return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), arg))
+
+    def _pad(self, arg: Sequence[tuple[int, int]]) -> Tensor:
+        """Zero padding; negative amounts shrink."""
+        arg = tuple((int(b), int(a)) for b, a in arg)
+        x = self._shrink([(-min(b, 0), s + min(a, 0)) for (b, a), s in zip(arg, self.shape)])
+        pos = tuple((max(b, 0), max(a, 0)) for b, a in arg)
+        if all(b == 0 and a == 0 for b, a in pos):
+            return x
+        return x._new(UOp(Ops.PAD, x.dtype, (x.uop,), pos))
+
+    def pad(self, pad: Sequence[int], value: Scalar = 0.0) -> Tensor:
+        """torch.nn.functional.pad order: (last_before, last_after, second_last_before, ...)."""
+        if len(pad) % 2 or len(pad) // 2 > self.ndim:
+            raise ValueError(f"pad: padding {tuple(pad)} must have an even length of at most 2*{self.ndim}")
+        arg = [(0, 0)] * self.ndim
+        for i in range(len(pad) // 2):
+            arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+        out = self._pad(arg)
+        if value != 0:
+            mask = self.ones_like(dtypes.bool)._pad(arg)
+            out = mask.where(out, value)
+        return out
+
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        dims = {_norm_dim(d, self.ndim, "squeeze") for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        d = _norm_dim(dim, self.ndim + 1, "unsqueeze")
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = _norm_dim(start_dim, self.ndim, "flatten"), _norm_dim(end_dim, self.ndim, "flatten")
+        return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        d = _norm_dim(dim, self.ndim, "unflatten")
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        sizes = _shape_arg(sizes)
+        if len(sizes) < self.ndim:
+            raise ValueError(f"repeat: {len(sizes)} repeat sizes for a tensor of {self.ndim} dims")
+        x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
+        inter = []
+        for s in x.shape:
+            inter += [1, s]
+        expanded = []
+        for r, s in zip(sizes, x.shape):
+            expanded += [r, s]
+        return x.reshape(inter).expand(expanded).reshape(tuple(r * s for r, s in zip(sizes, x.shape)))
+
+    def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+        d = _norm_dim(dim, self.ndim)
+        step = math.ceil(self.shape[d] / chunks)
+        return self.split(step, d)
+
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> list[Tensor]:
+        d = _norm_dim(dim, self.ndim)
+        n = self.shape[d]
+        sizes = [min(split_size, n - i) for i in range(0, n, split_size)] if isinstance(split_size, int) \
+            else list(split_size)  # fmt: skip
+        if sum(sizes) != n:
+            raise ValueError(f"split: sizes {sizes} do not add up to {n} (dim {d} of shape {self.shape})")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self._shrink([(start, start + s) if i == d else (0, sz) for i, sz in enumerate(self.shape)]))
+            start += s
+        return out
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return getitem(self, index)
+
+    # ---- reductions ----
+    def _axes(self, axis: Any, op: str) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+        return tuple(sorted({_norm_dim(a, self.ndim, op) for a in axes}))
+
+    def _reduce(self, op: Ops, axis: Any, keepdim: bool, name: str) -> Tensor:
+        axes = self._axes(axis, name)
+        if self.ndim == 0:
+            return self
+        out = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes else self
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        acc = dtypes.from_any(dtype) if dtype is not None else (
+            dtypes.int64 if self.dtype.kind in "bi" or self.dtype.is_unsigned else self.dtype)
+        inner = dtypes.float32 if acc in (dtypes.float16, dtypes.bfloat16) else acc  # f32 accumulation
+        return self.cast(inner)._reduce(Ops.ADD, axis, keepdim, "sum").cast(acc)
+
+    def prod(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        x = self._float()
+        mag = x.abs().log2().sum(axis, keepdim).exp2()
+        negs = (x < 0).cast(dtypes.int64).sum(axis, keepdim)
+        zero = (x == 0).cast(dtypes.int64).sum(axis, keepdim) > 0
+        out = zero.where(0.0, ((negs % 2) == 1).where(-mag, mag))
+        return out if self.dtype.is_float else out.round().cast(self.dtype)
+
+    def max(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        if self.numel() == 0:
+            raise RuntimeError(f"max: cannot reduce an empty tensor of shape {self.shape}")
+        return self._reduce(Ops.MAX, axis, keepdim, "max")
+
+    def min(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        if self.dtype == dtypes.bool:
+            return self.logical_not().max(axis, keepdim).logical_not()
+        return -((-self).max(axis, keepdim))
+
+    def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return self.max(dim, keepdim)
+
+    def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return self.min(dim, keepdim)
+
+    def mean(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        axes = self._axes(axis, "mean")
+        count = math.prod(self.shape[a] for a in axes) if self.ndim else 1
+        x = self._float()
+        return x.sum(axes, keepdim) * (1.0 / count if count else math.nan)
+
+    def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1, dim: Any = None,
+            unbiased: bool | None = None) -> Tensor:  # fmt: skip
+        axis = dim if dim is not None else axis
+        if unbiased is not None:
+            correction = int(unbiased)
+        axes = self._axes(axis, "var")
+        n = math.prod(self.shape[a] for a in axes) if self.ndim else 1
+        x = self._float()
+        sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim)
+        return sq * (1.0 / max(n - correction, 0) if n - correction > 0 else math.inf)
+
+    def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1, dim: Any = None,
+            unbiased: bool | None = None) -> Tensor:  # fmt: skip
+        return self.var(axis, keepdim, correction, dim, unbiased).sqrt()
+
+    def argmax(self, axis: int | None = None, keepdim: bool = False, dim: int | None = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        if axis is None:
+            return self.flatten().argmax(0)
+        d = _norm_dim(axis, self.ndim, "argmax")
+        n = self.shape[d]
+        m = self.max(d, keepdim=True)
+        is_max = (self == m) | ((self != self) & (m != m))  # NaN is the max, as torch
+        count_down = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
+        first = (is_max.cast(dtypes.int64) * count_down).max(d, keepdim)
+        return n - first
+
+    def argmin(self, axis: int | None = None, keepdim: bool = False, dim: int | None = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        x = self.logical_not() if self.dtype == dtypes.bool else -self
+        return x.argmax(axis, keepdim)
+
+    def logsumexp(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        x = self._float()
+        m = x.max(axis, keepdim=True).detach()
+        m = (m.abs() == math.inf).where(0.0, m)
+        out = (x - m).exp().sum(axis, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
+
+    def softmax(self, dim: int = -1, dtype: DType | str | None = None) -> Tensor:
+        x = self.cast(dtype) if dtype is not None else self._float()
+        e = (x - x.max(dim, keepdim=True).detach()).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim: int = -1, dtype: DType | str | None = None) -> Tensor:
+        x = self.cast(dtype) if dtype is not None else self._float()
+        shifted = x - x.max(dim, keepdim=True).detach()
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    def cumsum(self, dim: int = 0) -> Tensor:
+        """As a masked reduction: out[i] = sum_j x[j] * (j <= i)."""
+        if self.ndim == 0:
+            return self
+        d = _norm_dim(dim, self.ndim, "cumsum")
+        n = self.shape[d]
+        x = self.transpose(d, -1)  # (..., n)
+        j = Tensor.arange(n, device=self.device)
+        lower = (j.reshape(1, n) <= j.reshape(n, 1))  # [i, j]: j <= i
+        acc = dtypes.int64 if not self.dtype.is_float else self.dtype
+        prod = x.cast(acc).unsqueeze(-2) * lower.cast(acc)  # (..., n_i, n_j)
+        return prod.sum(-1).transpose(d, -1)
+
+    def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.logical_not().any(axis, keepdim).logical_not()
+
+    def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim, "any")
+
+    # ---- linear algebra and friends ----
+    def matmul(self, other: Tensor) -> Tensor:
+        return matmul(self, other)
+
+    def dot(self, other: Tensor) -> Tensor:
+        return matmul(self, other)
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """torch.gather: out[..i..] = self[..index[..i..]..] along dim, as a one-hot reduction."""
+        d = _norm_dim(dim, self.ndim, "gather")
+        if index.ndim != self.ndim:
+            raise ValueError(f"gather: index has {index.ndim} dims but input has {self.ndim} (shapes {index.shape}, "
+                             f"{self.shape})")  # fmt: skip
+        n = self.shape[d]
+        x = self._shrink([(0, index.shape[i]) if i != d else (0, n) for i in range(self.ndim)])
+        onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device)  # (*index.shape, n)
+        values = _move(x, d, -1).unsqueeze(d).expand(onehot.shape)  # x[.., j at the end]
+        return onehot.where(values, 0).sum(-1, dtype=self.dtype)
+
+    def one_hot(self, num_classes: int = -1) -> Tensor:
+        return one_hot(self, num_classes)
+
+    def masked_fill(self, mask: Tensor, value: Scalar) -> Tensor:
+        return mask.where(value, self)
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        r, c = self.shape[-2], self.shape[-1]
+        keep = Tensor.arange(c, device=self.device).reshape(1, c) <= Tensor.arange(r, device=self.device).reshape(
+            r, 1) + diagonal  # fmt: skip
+        return keep.where(self, 0)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        r, c = self.shape[-2], self.shape[-1]
+        keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
+            r, 1) + diagonal  # fmt: skip
+        return keep.where(self, 0)
+
+    # ---- autodiff entry points are attached by anneal.autograd ----
+
+
+def _move(x: Tensor, src: int, dst: int) -> Tensor:
+    order = list(range(x.ndim))
+    s, d = _norm_dim(src, x.ndim), _norm_dim(dst, x.ndim)
+    order.insert(d, order.pop(s))
+    return x.permute(order)
+
+
+def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
+    """torch.where(condition, input, other), broadcasting all three."""
+    cond = condition if isinstance(condition, Tensor) else None
+    ref = next(t for t in (condition, input, other) if isinstance(t, Tensor))
+    if cond is None:
+        cond = Tensor.full((), bool(condition), dtypes.bool, ref.device)
+    cond = cond.cast(dtypes.bool)
+    if isinstance(input, Tensor) and isinstance(other, Tensor):
+        dt = promote_types(input.dtype, other.dtype)
+    elif isinstance(input, Tensor):
+        dt = result_type_with_scalar(input.dtype, other)
+    elif isinstance(other, Tensor):
+        dt = result_type_with_scalar(other.dtype, input)
+    else:
+        dt = promote_types(scalar_dtype(input), scalar_dtype(other))
+    a = input.cast(dt) if isinstance(input, Tensor) else Tensor.full((), input, dt, ref.device)
+    b = other.cast(dt) if isinstance(other, Tensor) else Tensor.full((), other, dt, ref.device)
+    shape = broadcast_shape(cond.shape, a.shape, b.shape, op="where")
+    c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+    return c._new(UOp(Ops.WHERE, dt, (c.uop, a.uop, b.uop)))
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both arguments need at least 1 dim, got shapes {a.shape} and {b.shape}")
+    x = a.unsqueeze(0) if a.ndim == 1 else a
+    y = b.unsqueeze(-1) if b.ndim == 1 else b
+    if x.shape[-1] != y.shape[-2]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
+                         f"({x.shape[-1]} != {y.shape[-2]})")  # fmt: skip
+    dt = promote_types(x.dtype, y.dtype)
+    x, y = x.cast(dt), y.cast(dt)
+    batch = broadcast_shape(x.shape[:-2], y.shape[:-2], op="matmul")
+    n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
+    xe = x.reshape(*x.shape[:-1], 1, k)._broadcast_to((*batch, n, m, k))
+    ye = y.transpose(-1, -2).reshape(*y.shape[:-2], 1, m, k)._broadcast_to((*batch, n, m, k))
+    out = (xe * ye).sum(-1, dtype=dt)
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+def one_hot(t: Tensor, num_classes: int = -1) -> Tensor:
+    if t.dtype.is_float:
+        raise TypeError(f"one_hot: needs an integer tensor, got {t.dtype.name}")
+    n = int(t.max().item()) + 1 if num_classes == -1 else num_classes
+    return (t.unsqueeze(-1) == Tensor.arange(n, device=t.device)).cast(dtypes.int64)
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """torch.cat: each input is padded to the full size and the pieces are added (one kernel)."""
+    tensors = [t for t in tensors]
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    ref = tensors[0]
+    d = _norm_dim(dim, ref.ndim, "cat")
+    for t in tensors[1:]:
+        if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != d):
+            raise ValueError(f"cat: shapes {ref.shape} and {t.shape} differ outside dim {d}")
+    dt = ref.dtype
+    for t in tensors[1:]:
+        dt = promote_types(dt, t.dtype)
+    total = sum(t.shape[d] for t in tensors)
+    out: Tensor | None = None
+    start = 0
+    for t in tensors:
+        pad = [(0, 0)] * ref.ndim
+        pad[d] = (start, total - start - t.shape[d])
+        piece = t.cast(dt)._pad(pad)
+        out = piece if out is None else out + piece
+        start += t.shape[d]
+    assert out is not None
+    return out
+
+
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    d = _norm_dim(dim, tensors[0].ndim + 1, "stack")
+    for t in tensors[1:]:
+        if t.shape != tensors[0].shape:
+            raise ValueError(f"stack: all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
+    return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+def getitem(x: Tensor, index: Any) -> Tensor:
+    """Basic indexing: ints, slices (any step), None and Ellipsis; a Tensor index gathers."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
+        return _advanced_index(x, index)
+    n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if n_real > x.ndim:
+        raise IndexError(f"too many indices ({n_real}) for a tensor of shape {x.shape}")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (x.ndim - n_real) + index[at + 1:]
+    else:
+        index = index + (slice(None),) * (x.ndim - n_real)
+    shrink, flips, steps, final_shape = [], [], [], []
+    dim = 0
+    for i in index:
+        if i is None:
+            final_shape.append(("new", None))
+            continue
+        size = x.shape[dim]
+        if isinstance(i, (int, np.integer)) and not isinstance(i, bool):
+            j = int(i) + size if i < 0 else int(i)
+            if not 0 <= j < size:
+                raise IndexError(f"index {i} is out of bounds for dim {dim} with size {size}")
+            shrink.append((j, j + 1))
+            flips.append(False)
+            steps.append(1)
+            final_shape.append(("drop", dim))
+        elif isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            if step > 0:
+                n = max(0, math.ceil((stop - start) / step))
+                shrink.append((start, start + max(n - 1, 0) * step + 1) if n else (0, 0))
+            else:
+                n = max(0, math.ceil((start - stop) / -step))
+                shrink.append((start - max(n - 1, 0) * -step, start + 1) if n else (0, 0))
+            flips.append(step < 0)
+            steps.append(abs(step))
+            final_shape.append(("keep", dim))
+        else:
+            raise TypeError(f"unsupported index {i!r} of type {type(i).__name__}")
+        dim += 1
+    out = x._shrink(shrink)
+    flip_axes = [a for a, f in enumerate(flips) if f]
+    if flip_axes:
+        out = out.flip(flip_axes)
+    if any(s != 1 for s in steps):
+        out = _stride(out, steps)
+    shape = []
+    for kind, d in final_shape:
+        if kind == "new":
+            shape.append(1)
+        elif kind == "keep":
+            shape.append(out.shape[d])
+    return out.reshape(tuple(shape))
+
+
+def _stride(x: Tensor, steps: Sequence[int]) -> Tensor:
+    """Take every steps[i]-th element along each dim: pad to a multiple, reshape, keep the first."""
+    pad = [(0, (-s) % k if s else 0) for s, k in zip(x.shape, steps)]
+    x = x._pad(pad)
+    split: list[int] = []
+    for s, k in zip(x.shape, steps):
+        split += [s // k, k]
+    x = x.reshape(split)
+    x = x._shrink([(0, s) if j % 2 == 0 else (0, 1) for j, s in enumerate(split)])
+    return x.reshape(tuple(split[0::2]))
+
+
+def _advanced_index(x: Tensor, index: tuple) -> Tensor:
+    if len(index) != 1:
+        raise NotImplementedError("indexing with a tensor is supported on the first dim only: x[idx]")
+    idx = index[0] if isinstance(index[0], Tensor) else Tensor(np.asarray(index[0]), device=x.device)
+    if idx.dtype == dtypes.bool:
+        raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() instead")
+    n = x.shape[0]
+    idx = (idx < 0).where(idx + n, idx)
+    onehot = (idx.unsqueeze(-1) == Tensor.arange(n, device=x.device))  # (*idx, n)
+    flat = x.reshape(n, -1)
+    sel = onehot.cast(flat.dtype if flat.dtype.is_float else dtypes.int64).reshape(-1, n)
+    picked = sel.matmul(flat if flat.dtype.is_float else flat.cast(dtypes.int64))
+    return picked.reshape(*idx.shape, *x.shape[1:]).cast(x.dtype)
+
+
+# ---- data in and out ----
+
+
+def _backend(device: str) -> Any:
+    from anneal.realize import runner
+
+    return runner(device).backend
+
+
+def _to_numpy(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flatten(data)):
+        data = np.asarray([x.numpy() if isinstance(x, Tensor) else x for x in data])
+    arr = np.asarray(data)
+    if dtype is None:
+        if arr.dtype == np.float64 and not isinstance(data, np.ndarray):
+            dtype = dtypes.default_float  # Python floats become float32, as torch.tensor
+        elif arr.dtype.kind in "iu" and not isinstance(data, np.ndarray):
+            dtype = dtypes.default_int
+        elif arr.dtype == object:
+            raise TypeError(f"cannot make a tensor from {type(data).__name__} holding mixed objects")
+        else:
+            dtype = dtypes.from_any(arr.dtype)
+    return arr, dtype
+
+
+def _flatten(data: Iterable) -> Iterable:
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            yield from _flatten(x)
+        else:
+            yield x
+
+
+def _to_storage(arr: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype == dtypes.bfloat16:  # round to nearest even, keep the top 16 bits
+        bits = np.asarray(arr, dtype=np.float32).view(np.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.asarray(arr).astype(dtype.np)
+
+
+def _from_storage(arr: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype == dtypes.bfloat16:
+        return (arr.astype(np.uint32) << 16).view(np.float32)
+    return arr
