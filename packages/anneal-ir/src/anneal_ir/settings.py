@@ -17,6 +17,14 @@ def _names(value: str | None) -> frozenset[str] | None:
     return frozenset(n.strip() for n in value.split(",") if n.strip())
 
 
+def _int(env: Mapping[str, str], name: str) -> int:
+    value = env.get(name, "") or "0"
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Process configuration taken from the environment."""
@@ -38,10 +46,10 @@ class Settings:
             load_plugins=_names(env.get("ANNEAL_LOAD_PLUGINS")),
             disable_plugins=_names(env.get("ANNEAL_DISABLE_PLUGINS")) or frozenset(),
             device=env.get("ANNEAL_DEVICE", "auto") or "auto",
-            debug=int(env.get("ANNEAL_DEBUG", "0") or 0),
+            debug=_int(env, "ANNEAL_DEBUG"),
             expect_adapter=env.get("ANNEAL_EXPECT_ADAPTER", "") not in ("", "0"),
             wgpu_adapter=env.get("ANNEAL_WGPU_ADAPTER") or None,
             cache_dir=env.get("ANNEAL_CACHE_DIR") or None,
             offline=env.get("ANNEAL_OFFLINE", "") not in ("", "0"),
-            beam=int(env.get("ANNEAL_BEAM", "0") or 0),
+            beam=_int(env, "ANNEAL_BEAM"),
         )

@@ -1,0 +1,3 @@
+"""anneal_cli: the thin click CLI (`anneal doctor`, `devices`, `plugins`, `train`, ...)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,90 @@
+"""`anneal doctor`: adapters, their features and limits, the `auto` device, numpy and BLAS.
+
+Only Vulkan, Metal and D3D12 adapters count (anneal_wgpu leaves OpenGL out: its compute
+support is partial). With no usable adapter, doctor names the fix and exits 1; the CPU
+backend works regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from typing import Any
+
+import click
+import numpy as np
+from anneal.registry import DeviceError, auto_device, plugins as loaded_plugins
+
+from anneal_cli.errors import CommandError
+
+try:  # optional: `pip install anneal-cli[wgpu]` (or anneal-wgpu) brings the WebGPU backend
+    from anneal_wgpu import adapters
+except ImportError:  # the CLI works without it; doctor then says how to get it
+    adapters = None  # type: ignore[assignment]
+
+
+def _blas() -> str:
+    try:
+        config: Any = np.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+    except Exception:  # older or unusual numpy builds: the version alone still helps
+        return "BLAS: unknown"
+    detail = blas.get("openblas configuration") or blas.get("lib directory") or ""
+    return f"BLAS: {blas.get('name', '?')} {blas.get('version', '')}".rstrip() + (f" ({detail})" if detail else "")
+
+
+def _adapter_lines(adapter: Any, chosen: bool) -> list[str]:
+    mark = "*" if chosen else "-"
+    kind = f"{adapter.adapter_type}, software: slower than numpy" if adapter.software else adapter.adapter_type
+    lines = [f"  {mark} {adapter.name}", f"      vendor {adapter.vendor or '?'}, backend {adapter.backend}, type {kind}"]
+    used = ", ".join(f"{f} {'yes' if f in adapter.features else 'no'}" for f in adapters.COMPILER_FEATURES)
+    lines.append(f"      compiler features: {used}")
+    wrapped = textwrap.wrap(", ".join(adapter.features), width=88, break_on_hyphens=False)
+    lines += ["      all features: " + (wrapped[0] if wrapped else "none")] + [f"        {w}" for w in wrapped[1:]]
+    width = max(len(v) for v in adapters.COMPILER_LIMITS.values())
+    for key, label in adapters.COMPILER_LIMITS.items():
+        lines.append(f"      {label:<{width}}  {adapter.limits.get(key, '?')}")
+    return lines
+
+
+def _gpu_section() -> str:
+    """Print the adapters; return why none is usable ("" when one is)."""
+    if adapters is None:
+        problem = "the WebGPU backend is not installed (pip install anneal-wgpu)"
+        click.echo(f"WebGPU: {problem}")
+        return problem
+    found = adapters.describe()
+    click.echo("WebGPU adapters (Vulkan, Metal, D3D12; OpenGL adapters are not used):")
+    for adapter in found.adapters:
+        click.echo("\n".join(_adapter_lines(adapter, adapter is found.chosen)))
+    for adapter in found.ignored:
+        click.echo(f"  - ignored: {adapter.summary}")
+    if found.chosen is None:
+        click.echo(f"  no usable adapter: {found.problem}")
+        click.echo("  the CPU backend (numpy) still works: anneal train <model> --device cpu")
+        return found.problem
+    if sys.platform.startswith("linux") and not os.environ.get("XDG_RUNTIME_DIR"):
+        # Mesa prints "error: XDG_RUNTIME_DIR is invalid or not set" during enumeration.
+        click.echo("  note: XDG_RUNTIME_DIR is not set; Mesa's warning about it above is harmless")
+    return ""
+
+
+@click.command()
+def doctor() -> None:
+    """Show the adapters, features and limits, the chosen device, numpy and BLAS.
+
+    Exits 1 when no Vulkan/Metal/D3D12 adapter is usable.
+    """
+    problem = _gpu_section()
+    try:
+        _, note = auto_device()
+    except DeviceError as exc:
+        note = f"no device: {exc}"
+    click.echo(f"device: {note}")
+    found = loaded_plugins()
+    failed = f", {len(found.failures)} failed (see anneal plugins)" if found.failures else ""
+    click.echo(f"plugins: {len(found.loaded)} loaded{failed}; backends: {', '.join(found.backends) or 'none'}")
+    click.echo(f"numpy {np.__version__}, {_blas()}")
+    if problem:
+        raise CommandError(problem)

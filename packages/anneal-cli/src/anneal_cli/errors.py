@@ -1,0 +1,26 @@
+"""How the CLI fails: usage errors exit 2 (click's own), runtime failures exit 1 in one line."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import click
+
+
+class CommandError(click.ClickException):
+    """A runtime failure: printed as one line `anneal: error: ...`, exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"anneal: error: {self.format_message()}", err=True, file=file)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line; our own error types carry a complete message already."""
+    from anneal.registry import DeviceError
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, DeviceError):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,3 @@
+"""Fails on import, on purpose."""
+
+raise RuntimeError("anneal-broken-plugin is broken on purpose")

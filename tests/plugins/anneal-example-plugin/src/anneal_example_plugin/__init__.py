@@ -1,0 +1,1 @@
+"""A third-party anneal plugin used by the integration tests."""
