@@ -83,9 +83,62 @@ class Renderer:
         args = ", ".join(f"b{i}" for i, _ in globs)
         loops = ", ".join(f"r{i}<{e}" for i, e in enumerate(self.ends))
         head = [f"def {self.name}({args}, vars):", f"    # axes: {loops or 'none'}"]
-        for n in nodes:
+        for n in self.needed(nodes):
             self.visit(n)
         return "\n".join(head + ["    " + ln for ln in self.lines]) + "\n"
+
+    def einsum_factors(self, u: UOp) -> tuple[UOp, UOp] | None:
+        """The two factors of a sum of a product over some of its axes (rendered as einsum)."""
+        if u.op is not Ops.REDUCE or u.arg is not Ops.ADD:
+            return None
+        value = u.src[0]
+        if value.op is Ops.MUL:
+            axes = {self.axis_of[r] for r in u.src[1:]}
+            if self.static_deps(value) & axes:
+                return value.src[0], value.src[1]
+        return None
+
+    def static_deps(self, u: UOp) -> frozenset[int]:
+        """The axes a node varies along, worked out before any code is emitted."""
+        if u not in self.deps:
+            for n in u.toposort():
+                if n in self.deps:
+                    continue
+                if n.op is Ops.RANGE:
+                    d = frozenset({self.axis_of[n]})
+                elif n.op is Ops.LOAD and len(n.src) == 2 and (aff := affine(n.src[1], self.axis_of)) is not None:
+                    d = frozenset(aff[0])
+                elif n.op is Ops.REDUCE:
+                    d = self.deps[n.src[0]] - {self.axis_of[r] for r in n.src[1:]}
+                elif n.op is Ops.DEFINE_GLOBAL:
+                    d = frozenset()
+                else:
+                    d = frozenset().union(*(self.deps[s] for s in n.src))
+                self.deps[n] = d
+        return self.deps[u]
+
+    def needed(self, nodes: list[UOp]) -> list[UOp]:
+        """Nodes in order, minus those only an einsum's product used (never materialize M x N x K)."""
+        self.static_deps(self.ast)
+        keep: set[UOp] = set()
+        stack = [self.ast]
+        while stack:
+            n = stack.pop()
+            if n in keep:
+                continue
+            keep.add(n)
+            factors = self.einsum_factors(n)
+            if factors is not None:
+                stack.extend(factors)  # the ranges of a REDUCE only name its axes
+            elif n.op is Ops.REDUCE:
+                stack.append(n.src[0])
+            elif n.op is Ops.LOAD and len(n.src) == 2 and affine(n.src[1], self.axis_of) is not None:
+                continue  # a strided view: its index expression is never evaluated
+            elif n.op is Ops.STORE and affine(n.src[1], self.axis_of) is not None:
+                stack.append(n.src[2])
+            else:
+                stack.extend(n.src)
+        return [n for n in nodes if n in keep]
 
     # ---- helpers ----
     def shape_for(self, axes: frozenset[int]) -> tuple[int, ...]:
@@ -95,7 +148,7 @@ class Renderer:
         name = f"v{len(self.names)}"
         self.lines.append(f"{name} = {expr}")
         self.names[u] = name
-        self.deps[u] = deps
+        assert deps == self.deps[u], f"{u.op}: rendered axes {deps} but expected {self.deps[u]}"
 
     def ref(self, u: UOp) -> str:
         return self.names[u]
@@ -120,12 +173,12 @@ class Renderer:
         if op in (Ops.SINK, Ops.DEFINE_GLOBAL) or u in self.names:
             return
         if op is Ops.CONST:
-            self.names[u], self.deps[u] = f"{np_name(u.dtype)}({u.arg!r})", frozenset()
+            self.names[u] = f"{np_name(u.dtype)}({u.arg!r})"
         elif op is Ops.RANGE:
             a = self.axis_of[u]
             self.emit(u, f"np.arange({self.ends[a]}).reshape({self.shape_for(frozenset({a}))})", frozenset({a}))
         elif op is Ops.DEFINE_VAR:
-            self.names[u], self.deps[u] = f"np.int64(vars[{u.arg[0]!r}])", frozenset()
+            self.names[u] = f"np.int64(vars[{u.arg[0]!r}])"
         elif op is Ops.LOAD:
             self.render_load(u)
         elif op is Ops.STORE:
@@ -190,8 +243,9 @@ class Renderer:
         out_deps = self.deps[value] - axes
         missing = [self.ends[a] for a in sorted(axes - self.deps[value])]  # summed but constant along
         out_shape = self.shape_for(out_deps)
-        if u.arg is Ops.ADD and value.op is Ops.MUL and self.deps[value] & axes:
-            a, b = value.src
+        factors = self.einsum_factors(u)
+        if factors is not None:
+            a, b = factors
             letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
             sub = lambda d: "".join(letters[i] for i in sorted(d))  # noqa: E731
             da, db = self.deps[a], self.deps[b]

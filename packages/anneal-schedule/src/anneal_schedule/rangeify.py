@@ -34,15 +34,29 @@ def strides_of(shape: Shape) -> tuple[int, ...]:
 
 
 def flat_index(idx: Index, shape: Shape) -> UOp:
-    acc = iconst(0)
-    for i, st, d in zip(idx, strides_of(shape), shape):
-        if d != 1:
-            acc = acc + i * st
+    terms = [i if st == 1 else i * st for i, st, d in zip(idx, strides_of(shape), shape) if d != 1]
+    acc = terms[0] if terms else iconst(0)
+    for t in terms[1:]:
+        acc = acc + t
     return acc
 
 
 def split_index(flat: UOp, shape: Shape) -> Index:
-    return tuple(iconst(0) if d == 1 else (flat // st) % d for st, d in zip(strides_of(shape), shape))
+    out = []
+    total = 1
+    for d in shape:
+        total *= d
+    for st, d in zip(strides_of(shape), shape):
+        if d == 1:
+            out.append(iconst(0))
+            continue
+        q = flat if st == 1 else flat // st
+        out.append(q if st * d == total else q % d)  # the leading dim needs no modulo: flat < total
+    return tuple(out)
+
+
+def _drop_ones(shape: Shape) -> list[int]:
+    return [i for i, d in enumerate(shape) if d != 1]
 
 
 def and_valid(a: UOp | None, b: UOp | None) -> UOp | None:
@@ -61,6 +75,12 @@ def _reshape(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
     assert src_shape is not None
     if src_shape == u.arg:
         return idx, None
+    src_keep, dst_keep = _drop_ones(src_shape), _drop_ones(u.arg)
+    if [src_shape[i] for i in src_keep] == [u.arg[i] for i in dst_keep]:  # only size-1 dims come or go
+        out = [iconst(0)] * len(src_shape)
+        for s_i, d_i in zip(src_keep, dst_keep):
+            out[s_i] = idx[d_i]
+        return tuple(out), None
     return split_index(flat_index(idx, u.arg), src_shape), None
 
 
