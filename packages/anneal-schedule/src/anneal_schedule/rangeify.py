@@ -154,6 +154,7 @@ class KernelBuilder:
     n_ranges: int = 0
     memo: dict[tuple, UOp] = field(default_factory=dict)
     fused: set[UOp] = field(default_factory=set)  # tensor-level nodes computed inside this kernel
+    reduce_at: dict[UOp, Index] = field(default_factory=dict)  # where each fused reduction is read
 
     def glob(self, slot: int, dtype: object) -> UOp:
         if slot not in self.slots:
@@ -208,6 +209,8 @@ class KernelBuilder:
         if u.op in (Ops.CONTIGUOUS, Ops.DETACH):
             return self.lower(u.src[0], idx, valid, bc)
         if u.op is Ops.REDUCE_AXIS:
+            if self.reduce_at.setdefault(u, idx) != idx and not is_root:
+                raise NeedsRealize(u)  # read at two different places: compute it once, in its own kernel
             op, axes = u.arg
             src_shape = u.src[0].shape
             assert src_shape is not None

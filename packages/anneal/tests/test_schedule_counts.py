@@ -1,0 +1,115 @@
+"""Kernel-count regression baselines (like tinygrad's check_schedule), with values checked.
+
+The counts are the fusion contract: a change that splits a fused kernel fails here.
+Baselines (numpy backend): matmul+bias+relu 1, softmax 3, layernorm 3, an MLP forward
+one kernel per layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anneal import Tensor
+from anneal.realize import runner
+
+rng = np.random.default_rng(0)
+
+
+def t(*shape: int) -> Tensor:
+    return Tensor(rng.standard_normal(shape).astype(np.float32), device="cpu")
+
+
+def kernels_for(out: Tensor) -> int:
+    sched, _ = runner("cpu").scheduler.schedule([out.uop])
+    return len(sched.kernels)
+
+
+def test_matmul_bias_relu_is_one_kernel() -> None:
+    x, w, b = t(8, 32), t(32, 16), t(16)
+    out = (x @ w + b).relu()
+    assert kernels_for(out) == 1
+    np.testing.assert_allclose(out.numpy(), np.maximum(x.numpy() @ w.numpy() + b.numpy(), 0), rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_at_most_three_kernels() -> None:
+    x = t(4, 10)
+    out = x.softmax(-1)
+    assert kernels_for(out) <= 3
+    e = np.exp(x.numpy() - x.numpy().max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_layernorm_at_most_three_kernels() -> None:
+    x = t(6, 20)
+    mu = x.mean(-1, keepdim=True)
+    out = (x - mu) / ((x - mu).square().mean(-1, keepdim=True) + 1e-5).sqrt()
+    assert kernels_for(out) <= 3
+    xn = x.numpy()
+    ref = (xn - xn.mean(-1, keepdims=True)) / np.sqrt(xn.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_mlp_forward_one_kernel_per_layer(layers: int) -> None:
+    sizes = [16, 32, 24, 8][: layers + 1]
+    x = t(5, sizes[0])
+    ws = [(t(a, b), t(b)) for a, b in zip(sizes, sizes[1:])]
+    h, ref = x, x.numpy()
+    for i, (w, b) in enumerate(ws):
+        h = h @ w + b
+        ref = ref @ w.numpy() + b.numpy()
+        if i < layers - 1:
+            h, ref = h.relu(), np.maximum(ref, 0)
+    assert kernels_for(h) == layers
+    np.testing.assert_allclose(h.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_elementwise_chain_is_one_kernel() -> None:
+    x, y = t(3, 4), t(4)
+    out = ((x * 2 + y).exp() - x.T.T).sigmoid()
+    assert kernels_for(out) == 1
+    ref = 1 / (1 + np.exp(-(np.exp(x.numpy() * 2 + y.numpy()) - x.numpy())))
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_reduce_used_twice_at_one_place_fuses_once() -> None:
+    x = t(4, 8)
+    s = x.sum(-1)
+    out = s * 2 + s.exp()
+    sched, _ = runner("cpu").scheduler.schedule([out.uop])
+    assert len(sched.kernels) == 1
+    assert sum(n.op.name == "REDUCE" for n in sched.kernels[0].ast.toposort()) == 1
+    ref = x.numpy().sum(-1)
+    np.testing.assert_allclose(out.numpy(), ref * 2 + np.exp(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_read_at_two_places_gets_its_own_kernel() -> None:
+    x = t(4, 8)
+    s = x.sum(-1)
+    out = s + s.flip(0)
+    assert kernels_for(out) == 2  # never recomputed per reader
+    ref = x.numpy().sum(-1)
+    np.testing.assert_allclose(out.numpy(), ref + ref[::-1], rtol=1e-5, atol=1e-5)
+
+
+def test_schedule_cache_hit_on_new_data() -> None:
+    sched = runner("cpu").scheduler
+    x1, w1 = t(3, 5), t(5, 2)
+    (x1 @ w1).relu().numpy()
+    hits = sched.stats.hits
+    x2, w2 = t(3, 5), t(5, 2)
+    out = (x2 @ w2).relu()
+    np.testing.assert_allclose(out.numpy(), np.maximum(x2.numpy() @ w2.numpy(), 0), rtol=1e-5, atol=1e-6)
+    assert sched.stats.hits == hits + 1
+
+
+def test_realized_subgraph_is_reused() -> None:
+    x = t(4, 4)
+    y = (x @ x).contiguous()
+    y.realize()
+    before = runner("cpu").stats.kernels_run
+    z = y + 1
+    z.realize()
+    assert runner("cpu").stats.kernels_run - before == 1  # y is read, not recomputed
+    np.testing.assert_allclose(z.numpy(), x.numpy() @ x.numpy() + 1, rtol=1e-5, atol=1e-5)
