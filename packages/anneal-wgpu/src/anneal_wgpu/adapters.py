@@ -133,10 +133,14 @@ def enumerate_adapters() -> tuple[tuple[AdapterInfo, ...], tuple[AdapterInfo, ..
 
     _restrict_instance(extras)
     found = [_info(a) for a in wgpu.gpu.enumerate_adapters_sync()]
-    usable = [a for a in found if a.backend in ACCEPTED_BACKENDS]
-    ignored = [a for a in found if a.backend not in ACCEPTED_BACKENDS]
-    usable.sort(key=lambda a: _TYPE_RANK.get(a.adapter_type, 3))  # stable: keeps wgpu's order within a rank
-    return tuple(usable), tuple(ignored)
+    usable = rank([a for a in found if a.backend in ACCEPTED_BACKENDS])
+    ignored = tuple(a for a in found if a.backend not in ACCEPTED_BACKENDS)
+    return usable, ignored
+
+
+def rank(adapters: list[AdapterInfo]) -> tuple[AdapterInfo, ...]:
+    """Real GPUs first (discrete, integrated, virtual), software adapters last; stable."""
+    return tuple(sorted(adapters, key=lambda a: _TYPE_RANK.get(a.adapter_type, 3)))
 
 
 def choose(adapters: tuple[AdapterInfo, ...], wanted: str | None) -> tuple[AdapterInfo | None, str]:

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from anneal import registry
+from anneal_cli.main import AnnealGroup, build_cli
+from anneal_ir.plugins import Availability, Plugins, hookimpl, load_plugins
+from anneal_ir.settings import Settings
+from click.testing import CliRunner
+
+
+class FakeBackend:
+    pass
+
+
+class Fit:
+    """A trainer whose loss halves each step, or becomes NaN at ``nan_at``."""
+
+    def __init__(self, config: dict[str, Any], device: str) -> None:
+        if config.get("explode"):
+            raise ValueError("bad config")
+        self.config, self.device, self.loss = config, device, 1.0
+
+    def step(self, i: int) -> float:
+        self.loss /= 2
+        return float("nan") if i + 1 == self.config.get("nan_at") else self.loss
+
+    def finish(self) -> str:
+        return f"finished on {self.device}"
+
+
+class TestPlugin:
+    """Registers through the real hooks, in-process (entry points are the integration test's job)."""
+
+    @hookimpl
+    def register_backends(self, register: Callable[..., None]) -> None:
+        register("fake", FakeBackend, summary="a fake backend")
+        register("down", FakeBackend, probe=lambda: Availability(False, "no such hardware; install it"))
+
+    @hookimpl
+    def register_models(self, register: Callable[..., None]) -> None:
+        register(
+            "fit",
+            build=Fit,
+            defaults={"steps": 8, "lr": 0.1, "batch": 4, "seed": 0},
+            presets={"tiny": {"steps": 4}, "small": {"steps": 6}},
+        )
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry() -> Iterator[None]:
+    registry.reset()
+    yield
+    registry.reset()
+
+
+@pytest.fixture
+def test_plugins(fresh_registry: None) -> Plugins:
+    plugins = load_plugins(Settings(load_plugins=frozenset({"test-plugin"})), extra=[("test-plugin", TestPlugin())], stream=None)
+    registry.reset(using=plugins)
+    return plugins
+
+
+@pytest.fixture
+def cli() -> AnnealGroup:
+    return build_cli()
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()

@@ -1,0 +1,103 @@
+"""The commands against the plugins installed in this environment (anneal-cpu, anneal-models, anneal-wgpu)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from anneal_cli.main import AnnealGroup
+from click.testing import CliRunner
+
+
+def test_version_lists_anneal_distributions(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].startswith("anneal-cli 0.1.0 (Python ")
+    assert any(line.split()[:2] == ["anneal-ir", "0.1.0"] for line in lines)
+    assert any(line.split() == ["anneal-cpu", "0.1.0", "plugin"] for line in lines)
+
+
+def test_plugins_json_lists_the_builtins(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    loaded = {p["name"]: p for p in report["plugins"]}
+    assert {"anneal-cpu", "anneal-models"} <= set(loaded)
+    assert loaded["anneal-cpu"] == {
+        "name": "anneal-cpu",
+        "version": "0.1.0",
+        "module": "anneal_cpu.plugin",
+        "hooks": ["register_backends"],
+        "provides": ["backend cpu"],
+    }
+    assert report["failures"] == []
+
+
+def test_plugins_plain(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["plugins"])
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0].split() == ["PLUGIN", "VERSION", "MODULE", "HOOKS", "PROVIDES"]
+    assert "anneal_cpu.plugin" in result.stdout
+
+
+def test_allow_list_from_the_environment(cli: AnnealGroup, runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANNEAL_LOAD_PLUGINS", "anneal-cpu")
+    report = json.loads(runner.invoke(cli, ["plugins", "--json"]).stdout)
+    assert [p["name"] for p in report["plugins"]] == ["anneal-cpu"]
+
+
+def test_devices_lists_cpu_and_what_auto_means(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["devices", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    cpu = next(b for b in report["backends"] if b["name"] == "cpu")
+    assert cpu["available"] and cpu["plugin"] == "anneal-cpu"
+    assert report["auto"]["device"] in ("cpu", "webgpu")
+    assert report["auto"]["note"].startswith(f"auto chose {report['auto']['device']}")
+    plain = runner.invoke(cli, ["devices"])
+    assert plain.stdout.splitlines()[0].split() == ["DEVICE", "AVAILABLE", "PLUGIN", "DETAIL"]
+
+
+def test_doctor_reports_adapter_or_the_fix(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["doctor"])
+    assert f"numpy {__import__('numpy').__version__}, BLAS: " in result.stdout
+    assert "device: auto chose " in result.stdout
+    if result.exit_code == 0:
+        assert "max storage buffers per shader stage" in result.stdout
+        assert "compiler features: shader-f16 " in result.stdout
+    else:
+        assert result.exit_code == 1
+        assert "the CPU backend (numpy) still works" in result.stdout
+        assert result.stderr.startswith("anneal: error: ")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="hides Vulkan drivers the Linux way")
+def test_doctor_without_a_vulkan_driver_names_the_fix() -> None:
+    pytest.importorskip("anneal_wgpu")
+    # VK_ICD_FILENAMES pointing nowhere makes the Vulkan loader find no driver at all.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANNEAL_")}
+    env["VK_ICD_FILENAMES"] = env["VK_DRIVER_FILES"] = "/nonexistent/icd.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "anneal_cli.main", "doctor"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "no Vulkan/Metal/D3D12 adapter found" in result.stdout
+    assert "apt-get install mesa-vulkan-drivers" in result.stdout
+    assert "the CPU backend (numpy) still works" in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("anneal: error: no Vulkan/Metal/D3D12 adapter found")
+
+
+def test_no_placeholder_commands(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["--help"])
+    listed = {line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()}
+    assert listed == {"devices", "doctor", "plugins", "train"}
+
+
+def test_usage_errors_exit_2(cli: AnnealGroup, runner: CliRunner) -> None:
+    assert runner.invoke(cli, ["no-such-command"]).exit_code == 2
+    assert runner.invoke(cli, ["train"]).exit_code == 2
+    assert runner.invoke(cli, ["train", "x", "--steps", "0"]).exit_code == 2
