@@ -169,9 +169,10 @@ class KernelBuilder:
     def build(self, out_slot: int) -> UOp:
         shape = self.root.shape
         assert shape is not None
+        out = self.glob(out_slot, self.root.dtype)  # argument 0 is always the output
         idx = tuple(iconst(0) if d == 1 else self.new_range(d, "global") for d in shape)
         value = self.lower(self.root, idx, None, False, is_root=True)
-        store = UOp(Ops.STORE, dtypes.void, (self.glob(out_slot, self.root.dtype), flat_index(idx, shape), value))
+        store = UOp(Ops.STORE, dtypes.void, (out, flat_index(idx, shape), value))
         return UOp(Ops.SINK, dtypes.void, (store,))
 
     def load(self, slot: int, node: UOp, idx: Index, valid: UOp | None) -> UOp:

@@ -1,0 +1,102 @@
+"""Scheduling hand-built tensor graphs: kernel counts, index math, slots, memory plan."""
+
+from __future__ import annotations
+
+from anneal_ir import Ops, UOp, dtypes
+from anneal_schedule.schedule import Scheduler, Slot, build_schedule, normalize
+
+F32 = dtypes.float32
+
+
+class FakeBuffer:
+    """Just enough of a Buffer for scheduling (scheduling never touches memory)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+
+def buf(*shape: int) -> UOp:
+    size = 1
+    for s in shape:
+        size *= s
+    base = UOp(Ops.BUFFER, F32, (), FakeBuffer(size))
+    return UOp(Ops.RESHAPE, F32, (base,), shape)
+
+
+def reduce_sum(x: UOp, axes: tuple[int, ...]) -> UOp:
+    return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (Ops.ADD, axes))
+
+
+def sched(*outs: UOp):
+    sink, inputs = normalize(list(outs))
+    return build_schedule(sink, len(inputs)), inputs
+
+
+def test_normalize_numbers_inputs_in_order() -> None:
+    a, b = buf(2, 3), buf(2, 3)
+    sink, inputs = normalize([a + b])
+    slots = [n.arg for n in sink.toposort() if n.op is Ops.BUFFER]
+    assert [s.index for s in slots] == [0, 1]
+    assert all(isinstance(s, Slot) for s in slots)
+    assert [i.size for i in inputs] == [6, 6]
+
+
+def test_same_structure_same_key() -> None:
+    s1, _ = normalize([buf(4, 4) + buf(4, 4)])
+    s2, _ = normalize([buf(4, 4) + buf(4, 4)])
+    assert s1.key == s2.key
+
+
+def test_elementwise_fuses_into_one_kernel() -> None:
+    a, b = buf(4, 4), buf(4, 4)
+    out = (a + b) * a
+    s, _ = sched(out)
+    assert len(s.kernels) == 1
+    k = s.kernels[0]
+    assert k.slots[0] == s.outputs[0] and set(k.slots[1:]) == {0, 1}
+
+
+def test_reduce_broadcast_back_materializes() -> None:
+    a = buf(4, 8)
+    total = reduce_sum(a, (1,))  # (4, 1)
+    out = a + UOp(Ops.EXPAND, F32, (total,), (4, 8))
+    s, _ = sched(out)
+    assert len(s.kernels) == 2
+    assert s.kernels[0].slots[0] in s.kernels[1].slots[1:]  # the second kernel reads the first one's output
+
+
+def test_permute_becomes_index_math_not_a_copy() -> None:
+    a = buf(3, 5)
+    out = UOp(Ops.PERMUTE, F32, (a,), (1, 0)) + 1.0
+    s, _ = sched(out)
+    assert len(s.kernels) == 1
+    ops = {n.op for n in s.kernels[0].ast.toposort()}
+    assert Ops.RANGE in ops and Ops.LOAD in ops and Ops.STORE in ops
+
+
+def test_pad_is_a_gated_load() -> None:
+    a = buf(3)
+    out = UOp(Ops.PAD, F32, (a,), ((1, 2),))
+    s, _ = sched(out)
+    loads = [n for n in s.kernels[0].ast.toposort() if n.op is Ops.LOAD]
+    assert len(loads) == 1 and len(loads[0].src) == 3  # (buffer, index, valid)
+
+
+def test_memory_plan_reuses_dead_intermediates() -> None:
+    x = buf(16, 16)
+    h = x
+    for _ in range(4):  # each reduce is broadcast back: one intermediate per step
+        r = reduce_sum(h, (1,))
+        h = h + UOp(Ops.EXPAND, F32, (r,), (16, 16))
+        h = UOp(Ops.CONTIGUOUS, F32, (h,))
+    s, _ = sched(h)
+    assert len(set(s.physical)) < len(s.buffers)  # some memory is shared
+    out_phys = s.physical[s.outputs[0] - s.n_inputs]
+    assert sum(1 for p in s.physical if p == out_phys) == 1  # outputs are never shared
+
+
+def test_scheduler_cache_hits_on_same_structure() -> None:
+    sc = Scheduler()
+    sc.schedule([buf(2, 2) + buf(2, 2)])
+    sc.schedule([buf(2, 2) + buf(2, 2)])
+    assert (sc.stats.misses, sc.stats.hits) == (1, 1)
