@@ -18,14 +18,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["anneal-ir", "anneal-autodiff", "anneal-schedule", "anneal-cpu", "anneal-wgpu", "anneal", "anneal-models", "anneal-cli"]
+PACKAGES = [
+    "anneal-ir",
+    "anneal-autodiff",
+    "anneal-schedule",
+    "anneal-cpu",
+    "anneal-wgpu",
+    "anneal",
+    "anneal-models",
+    "anneal-cli",
+]
 FIXTURES = ["anneal-example-plugin", "anneal-broken-plugin", "anneal-misspelled-plugin"]
 BROKEN = "anneal-broken-plugin,anneal-misspelled-plugin"
 
 
 def _clean_env(bindir: Path, **anneal: str) -> dict[str, str]:
     # The outer environment (a nox venv, a developer's ANNEAL_* settings) must not leak in.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANNEAL_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("ANNEAL_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
     env.update(anneal)
     return env
@@ -71,7 +82,10 @@ def test_broken_plugins_are_reported_by_name_and_skipped(venv_bin: Path) -> None
     failures = {f["name"]: f for f in json.loads(result.stdout)["failures"]}
     assert set(failures) == {"anneal-broken-plugin", "anneal-misspelled-plugin"}
     assert failures["anneal-broken-plugin"]["version"] == "0.1.0"
-    assert "failed to import: RuntimeError: anneal-broken-plugin is broken on purpose" in failures["anneal-broken-plugin"]["error"]
+    assert (
+        "failed to import: RuntimeError: anneal-broken-plugin is broken on purpose"
+        in failures["anneal-broken-plugin"]["error"]
+    )
     assert "did you mean register_backends?" in failures["anneal-misspelled-plugin"]["error"]
     # Reported once on stderr, with the distribution's name and version.
     assert result.stderr.count("anneal: plugin anneal-broken-plugin 0.1.0: failed to import") == 1
@@ -104,7 +118,9 @@ def test_train_uses_the_plugins_model_on_its_backend(venv_bin: Path) -> None:
 
 
 def test_train_json_and_nonfinite_loss(venv_bin: Path) -> None:
-    result = anneal(venv_bin, "train", "example-fit", "--device", "example", "--steps", "4", "--log-every", "1", "--json")
+    result = anneal(
+        venv_bin, "train", "example-fit", "--device", "example", "--steps", "4", "--log-every", "1", "--json"
+    )
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4] and all(r["lr"] == 0.05 for r in records)
@@ -148,7 +164,9 @@ def test_unknown_device_and_default_device(venv_bin: Path) -> None:
     assert bad.returncode == 2
     assert "unknown device 'nope'; registered backends: " in bad.stderr
     # ANNEAL_DEVICE stands in for --device auto.
-    chosen = anneal(venv_bin, "train", "example-fit", "--steps", "2", ANNEAL_DEVICE="example", ANNEAL_DISABLE_PLUGINS=BROKEN)
+    chosen = anneal(
+        venv_bin, "train", "example-fit", "--steps", "2", ANNEAL_DEVICE="example", ANNEAL_DISABLE_PLUGINS=BROKEN
+    )
     assert chosen.returncode == 0, chosen.stderr
     assert chosen.stdout.startswith("model example-fit  device example")
     assert "ANNEAL_DEVICE=example" in chosen.stdout

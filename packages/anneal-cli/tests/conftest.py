@@ -4,11 +4,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+
 from anneal import registry
 from anneal_cli.main import AnnealGroup, build_cli
 from anneal_ir.plugins import Availability, Plugins, hookimpl, load_plugins
 from anneal_ir.settings import Settings
-from click.testing import CliRunner
 
 
 class FakeBackend:
@@ -58,7 +59,9 @@ def fresh_registry() -> Iterator[None]:
 
 @pytest.fixture
 def test_plugins(fresh_registry: None) -> Plugins:
-    plugins = load_plugins(Settings(load_plugins=frozenset({"test-plugin"})), extra=[("test-plugin", TestPlugin())], stream=None)
+    plugins = load_plugins(
+        Settings(load_plugins=frozenset({"test-plugin"})), extra=[("test-plugin", TestPlugin())], stream=None
+    )
     registry.reset(using=plugins)
     return plugins
 

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from anneal_cli.main import AnnealGroup
 from click.testing import CliRunner
+
+from anneal_cli.main import AnnealGroup
 
 
 def test_version_lists_anneal_distributions(cli: AnnealGroup, runner: CliRunner) -> None:

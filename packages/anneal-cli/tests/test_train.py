@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from click.testing import CliRunner
+
 from anneal_cli import loop
 from anneal_cli.main import AnnealGroup
 from anneal_ir.plugins import Plugins
-from click.testing import CliRunner
 
 
 def test_plain_lines(cli: AnnealGroup, runner: CliRunner, test_plugins: Plugins) -> None:

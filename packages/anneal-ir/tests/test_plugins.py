@@ -6,6 +6,7 @@ import io
 from collections.abc import Callable
 
 import pytest
+
 from anneal_ir.plugins import hookimpl, load_plugins
 from anneal_ir.settings import Settings
 
@@ -84,7 +85,9 @@ def test_allow_and_deny_lists() -> None:
 
 
 def test_settings_from_the_environment() -> None:
-    s = Settings.from_env({"ANNEAL_LOAD_PLUGINS": " a, b ,", "ANNEAL_DISABLE_PLUGINS": "c", "ANNEAL_EXPECT_ADAPTER": "1"})
+    s = Settings.from_env(
+        {"ANNEAL_LOAD_PLUGINS": " a, b ,", "ANNEAL_DISABLE_PLUGINS": "c", "ANNEAL_EXPECT_ADAPTER": "1"}
+    )
     assert s.load_plugins == frozenset({"a", "b"}) and s.disable_plugins == frozenset({"c"}) and s.expect_adapter
     assert Settings.from_env({"ANNEAL_LOAD_PLUGINS": ""}).load_plugins == frozenset()
     assert Settings.from_env({}).load_plugins is None and Settings.from_env({}).device == "auto"

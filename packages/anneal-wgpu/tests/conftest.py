@@ -8,6 +8,7 @@ a missing driver can never turn the WebGPU suite into a row of silent skips.
 from __future__ import annotations
 
 import pytest
+
 from anneal_ir.settings import Settings
 from anneal_wgpu import adapters
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+
 from anneal import registry
 from anneal.registry import DeviceError, Devices
 from anneal_ir.plugins import Availability, Plugins, hookimpl, load_plugins

@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 import numpy as np
-from anneal.registry import DeviceError, auto_device, plugins as loaded_plugins
 
+from anneal.registry import DeviceError, auto_device
+from anneal.registry import plugins as loaded_plugins
 from anneal_cli.errors import CommandError
 
 try:  # optional: `pip install anneal-cli[wgpu]` (or anneal-wgpu) brings the WebGPU backend
@@ -37,7 +38,10 @@ def _blas() -> str:
 def _adapter_lines(adapter: Any, chosen: bool) -> list[str]:
     mark = "*" if chosen else "-"
     kind = f"{adapter.adapter_type}, software: slower than numpy" if adapter.software else adapter.adapter_type
-    lines = [f"  {mark} {adapter.name}", f"      vendor {adapter.vendor or '?'}, backend {adapter.backend}, type {kind}"]
+    lines = [
+        f"  {mark} {adapter.name}",
+        f"      vendor {adapter.vendor or '?'}, backend {adapter.backend}, type {kind}",
+    ]
     used = ", ".join(f"{f} {'yes' if f in adapter.features else 'no'}" for f in adapters.COMPILER_FEATURES)
     lines.append(f"      compiler features: {used}")
     wrapped = textwrap.wrap(", ".join(adapter.features), width=88, break_on_hyphens=False)

@@ -6,7 +6,10 @@ import json
 from typing import Any
 
 import click
-from anneal.registry import DeviceError, devices as device_registry, plugins as loaded_plugins
+
+from anneal.registry import DeviceError
+from anneal.registry import devices as device_registry
+from anneal.registry import plugins as loaded_plugins
 
 
 def _table(rows: list[list[str]]) -> str:

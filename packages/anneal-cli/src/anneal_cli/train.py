@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from anneal.registry import AUTO, backend_names, get_backend, plugins as loaded_plugins, resolve_device
-from anneal_ir.plugins import ModelEntry
 
+from anneal.registry import AUTO, backend_names, get_backend, resolve_device
+from anneal.registry import plugins as loaded_plugins
 from anneal_cli import loop
 from anneal_cli.errors import CommandError
+from anneal_ir.plugins import ModelEntry
 
 PRESETS = ("tiny", "small", "full")
 DEFAULT_PRESET = "small"  # PRODUCT.md: small is the default, when a model defines it

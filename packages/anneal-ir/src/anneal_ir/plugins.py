@@ -201,6 +201,10 @@ def _unknown_hooks(manager: pluggy.PluginManager, plugin: object) -> list[str]:
     return problems
 
 
+def _returning(obj: object) -> Callable[[], object]:
+    return lambda: obj
+
+
 def _wanted(name: str, settings: Settings) -> bool:
     if settings.load_plugins is not None and name not in settings.load_plugins:
         return False
@@ -227,7 +231,7 @@ def load_plugins(
         version = ep.dist.version if ep.dist is not None else "?"
         candidates.append((ep.name, version, ep.load))
     for name, obj in extra:
-        candidates.append((name, "in-process", lambda obj=obj: obj))
+        candidates.append((name, "in-process", _returning(obj)))
 
     seen: set[str] = set()
     for name, version, load in candidates:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 import numpy as np
+
 from anneal.registry import get_backend
 from anneal_ir.plugins import Availability, hookimpl
 

@@ -1,0 +1,121 @@
+"""Test, lint and demo sessions for the monorepo.
+
+    nox                          # everything
+    nox -t anneal-ir             # one package's tests (tag = distribution name)
+    nox -s integration lint      # cross-package tests, ruff
+    nox --force-python 3.11      # what CI runs: the sessions declare 3.11-3.13, machines have 3.11
+
+Each package's tests run in its own directory, in a venv holding that package and its
+internal dependencies installed editable, so an undeclared dependency fails there.
+PyTorch (CPU build) is a test-only value oracle for the packages in TORCH_USERS.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PYTHONS = ["3.11", "3.12", "3.13"]
+# Top to bottom as in docs/ARCHITECTURE.md; each package may depend only on those above it.
+PACKAGES = [
+    "anneal-ir",
+    "anneal-autodiff",
+    "anneal-schedule",
+    "anneal-cpu",
+    "anneal-wgpu",
+    "anneal",
+    "anneal-models",
+    "anneal-cli",
+]
+TORCH = "torch==2.13.0"  # the CPU wheel; pip finds it through PIP_FIND_LINKS
+TORCH_USERS = {"anneal", "anneal-cpu", "anneal-autodiff", "anneal-schedule"}
+TEST_TOOLS = ["pytest", "hypothesis"]
+PYTEST_NO_TESTS = 5
+TYPED = ["anneal_ir", "anneal_wgpu", "anneal_models", "anneal_cli"]  # add the others as they gain modules
+
+# uv makes venvs and installs (torch above all) many times faster; without it, pip.
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+# uv does not read pip's configuration: hand it the same local wheel folders.
+if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
+    os.environ["UV_FIND_LINKS"] = ",".join(os.environ["PIP_FIND_LINKS"].split())
+
+
+def internal_deps(package: str) -> list[str]:
+    """The package and every anneal distribution it needs (optional extras included), in table order."""
+    seen: set[str] = set()
+    todo = [package]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        project = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())["project"]
+        reqs = list(project.get("dependencies", []))
+        reqs += [r for extra in project.get("optional-dependencies", {}).values() for r in extra]
+        for req in reqs:
+            dist = req.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip()
+            if dist in PACKAGES:
+                todo.append(dist)
+    return [p for p in PACKAGES if p in seen]
+
+
+def install_editable(session: nox.Session, packages: list[str], *extra: str) -> None:
+    # Build with the venv's own hatchling instead of one isolated build env per package.
+    session.install("hatchling")
+    args = [arg for p in packages for arg in ("-e", str(ROOT / "packages" / p))]
+    session.install("--no-build-isolation", *args, *extra)
+
+
+def pytest(session: nox.Session, where: Path, label: str) -> None:
+    """Run pytest; collecting no test at all is a failure, not a pass."""
+    try:
+        session.run("pytest", *session.posargs, cwd=str(where))
+    except nox.command.CommandFailed as exc:
+        if getattr(exc, "return_code", None) == PYTEST_NO_TESTS:
+            session.error(f"{label}: pytest collected no tests (exit 5); every package must have tests")
+        raise
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("package", [nox.param(p, id=p, tags=[p]) for p in PACKAGES])
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests, in its directory, with its internal dependencies editable."""
+    torch = [TORCH] if package in TORCH_USERS else []
+    install_editable(session, internal_deps(package), *TEST_TOOLS, *torch)
+    pytest(session, ROOT / "packages" / package, package)
+
+
+@nox.session(python=PYTHONS, tags=["integration"])
+def integration(session: nox.Session) -> None:
+    """Cross-package tests (tests/): every package installed, plugin fixtures, dependency rules."""
+    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH)
+    pytest(session, ROOT / "tests", "integration")
+
+
+@nox.session(python=PYTHONS[0], tags=["lint"])
+def lint(session: nox.Session) -> None:
+    """ruff: lint rules and formatting (line length 120)."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHONS[0], tags=["types"])
+def types(session: nox.Session) -> None:
+    """mypy on the installed packages (imports are followed: anneal_cli pulls in anneal and the rest)."""
+    install_editable(session, PACKAGES, "mypy")
+    session.run("mypy", *(arg for module in TYPED for arg in ("-p", module)))
+
+
+@nox.session(python=PYTHONS[0], tags=["demo"])
+def demo(session: nox.Session) -> None:
+    """Install everything as a user would and run the main job."""
+    install_editable(session, PACKAGES)
+    session.run("anneal", "--version")
+    session.run("anneal", "doctor")
