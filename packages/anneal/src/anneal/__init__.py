@@ -1,5 +1,6 @@
 """anneal: a lazy Tensor whose whole training step compiles to fused kernels."""
 
+from anneal.autograd import jvp
 from anneal.random import manual_seed
 from anneal.registry import hookimpl
 from anneal.tensor import Tensor, cat, matmul, stack, where
@@ -10,4 +11,4 @@ int8, int16, int32, int64, uint8, bool_ = dtypes.int8, dtypes.int16, dtypes.int3
 
 __version__ = "0.1.0"
 
-__all__ = ["DType", "Tensor", "cat", "dtypes", "hookimpl", "manual_seed", "matmul", "stack", "where"]
+__all__ = ["DType", "Tensor", "cat", "dtypes", "hookimpl", "jvp", "manual_seed", "matmul", "stack", "where"]

@@ -50,7 +50,7 @@ def broadcast_shape(*shapes: Shape, op: str = "broadcast") -> Shape:
 
 
 class Tensor:
-    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "device", "_requires_grad", "grad", "__weakref__")
     __array_priority__ = 1000  # make numpy defer to our reflected operators
 
     def __init__(self, data: Any, dtype: DType | str | None = None, device: str | None = None,
@@ -66,18 +66,57 @@ class Tensor:
             buf = Buffer(dev, _backend(dev), arr.size, dt).copy_in(_to_storage(arr, dt))
             self.uop = buffer_view(buf, arr.shape)
         self.device: str = dev
-        self.requires_grad = requires_grad
+        self._requires_grad = False
         self.grad: Tensor | None = None
+        self.requires_grad = requires_grad
 
     # ---- construction helpers ----
     @staticmethod
     def _from(uop: UOp, device: str, requires_grad: bool = False) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t.uop, t.device, t.requires_grad, t.grad = uop, device, requires_grad, None
+        t.uop, t.device, t._requires_grad, t.grad = uop, device, False, None
+        if requires_grad:
+            t.requires_grad = True
         return t
 
-    def _new(self, uop: UOp) -> Tensor:
-        return Tensor._from(uop, self.device)
+    def _new(self, uop: UOp, *others: Tensor) -> Tensor:
+        """A result of an op on self (and others): requires grad if any input does, as torch."""
+        t = Tensor._from(uop, self.device)
+        t._requires_grad = self._requires_grad or any(o._requires_grad for o in others)
+        return t
+
+    # ---- autodiff ----
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        from anneal import autograd
+
+        if value and not self.dtype.is_float:
+            raise RuntimeError(f"only floating point tensors can require gradients, got {self.dtype.name}")
+        if value and not self._requires_grad:
+            if as_buffer(self.uop) is None:  # a leaf needs its own node: lazy constants are shared
+                self.uop = Tensor(self.numpy(), self.dtype, self.device).uop
+            autograd.track_leaf(self)
+        elif not value:
+            autograd.untrack_leaf(self)
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    def backward(self, gradient: Tensor | None = None) -> None:
+        from anneal import autograd
+
+        autograd.backward(self, gradient)
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        from anneal import autograd
+
+        return autograd.gradient(self, targets, gradient)
 
     @staticmethod
     def full(shape: Any, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None,
@@ -233,7 +272,7 @@ class Tensor:
         return self.to("cpu")
 
     def detach(self) -> Tensor:
-        return self._new(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+        return Tensor._from(UOp(Ops.DETACH, self.dtype, (self.uop,)), self.device)
 
     def contiguous(self) -> Tensor:
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -296,7 +335,7 @@ class Tensor:
         return x.expand(shape)
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
-        return self._new(self.uop.alu(op, *(o.uop for o in others)))
+        return self._new(self.uop.alu(op, *(o.uop for o in others)), *others)
 
     def _binary(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
         a, b = self._operands(other, name, reverse)
@@ -893,7 +932,6 @@ class Tensor:
             r, 1) + diagonal  # fmt: skip
         return keep.where(self, 0)
 
-    # ---- autodiff entry points are attached by anneal.autograd ----
 
 
 def _move(x: Tensor, src: int, dst: int) -> Tensor:
@@ -922,7 +960,7 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - tor
     b = other.cast(dt) if isinstance(other, Tensor) else Tensor.full((), other, dt, ref.device)
     shape = broadcast_shape(cond.shape, a.shape, b.shape, op="where")
     c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
-    return c._new(UOp(Ops.WHERE, dt, (c.uop, a.uop, b.uop)))
+    return c._new(UOp(Ops.WHERE, dt, (c.uop, a.uop, b.uop)), a, b)
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

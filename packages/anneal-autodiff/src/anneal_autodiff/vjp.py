@@ -1,0 +1,194 @@
+"""Reverse mode: one vector-Jacobian rule per op, as a pattern table.
+
+A rule receives the output's gradient (``ctx``) and the node (``ret``) and returns one
+gradient per source, or None for a source that gets no gradient (comparisons, integer
+ops, indices). Gradients are ordinary tensor-level UOps: the scheduler fuses them with
+the forward graph like anything else.
+"""
+
+from __future__ import annotations
+
+import math
+
+from anneal_autodiff.build import (
+    add,
+    cos,
+    expand,
+    full,
+    inverse_permutation,
+    max_mask,
+    mul,
+    neg,
+    recip,
+    reshape,
+    scalar,
+    shape_of,
+    sum_to,
+    where,
+)
+from anneal_ir import Ops, PatternMatcher, UOp, UPat
+
+Grads = tuple[UOp | None, ...]
+
+
+def add_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return ctx, ctx
+
+
+def mul_vjp(ctx: UOp, ret: UOp) -> Grads:
+    a, b = ret.src
+    return mul(ctx, b), mul(ctx, a)
+
+
+def neg_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (neg(ctx),)
+
+
+def max_vjp(ctx: UOp, ret: UOp) -> Grads:
+    a, b = ret.src
+    # ties split the gradient evenly, as torch.maximum does
+    share = add(a.alu(Ops.CMPLT, b).cast(ctx.dtype), mul(a.alu(Ops.CMPEQ, b).cast(ctx.dtype), scalar(ctx, 0.5)))
+    to_b = mul(ctx, share)
+    return add(ctx, neg(to_b)), to_b
+
+
+def exp2_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (mul(mul(ctx, ret), scalar(ret, math.log(2))),)
+
+
+def log2_vjp(ctx: UOp, ret: UOp) -> Grads:
+    (a,) = ret.src
+    return (mul(ctx, recip(mul(a, scalar(a, math.log(2))))),)
+
+
+def sin_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (mul(ctx, cos(ret.src[0])),)
+
+
+def sqrt_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (mul(ctx, recip(mul(ret, scalar(ret, 2.0)))),)
+
+
+def reciprocal_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (neg(mul(ctx, mul(ret, ret))),)
+
+
+def trunc_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (scalar(ctx, 0.0),)  # piecewise constant: zero almost everywhere, as torch
+
+
+def where_vjp(ctx: UOp, ret: UOp) -> Grads:
+    c = ret.src[0]
+    zero = scalar(ctx, 0.0)
+    return None, where(c, ctx, zero), where(c, zero, ctx)
+
+
+def cast_vjp(ctx: UOp, ret: UOp) -> Grads:
+    src = ret.src[0]
+    return (ctx.cast(src.dtype) if src.dtype.is_float else None,)
+
+
+def no_gradient(ctx: UOp, ret: UOp) -> Grads:
+    return tuple(None for _ in ret.src)
+
+
+def reshape_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (reshape(ctx, shape_of(ret.src[0])),)
+
+
+def permute_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (UOp(Ops.PERMUTE, ctx.dtype, (ctx,), inverse_permutation(ret.arg)),)
+
+
+def expand_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (sum_to(ctx, shape_of(ret.src[0])),)
+
+
+def pad_vjp(ctx: UOp, ret: UOp) -> Grads:
+    src_shape = shape_of(ret.src[0])
+    return (UOp(Ops.SHRINK, ctx.dtype, (ctx,), tuple((b, b + s) for (b, _), s in zip(ret.arg, src_shape))),)
+
+
+def shrink_vjp(ctx: UOp, ret: UOp) -> Grads:
+    src_shape = shape_of(ret.src[0])
+    return (UOp(Ops.PAD, ctx.dtype, (ctx,), tuple((b, s - e) for (b, e), s in zip(ret.arg, src_shape))),)
+
+
+def flip_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (UOp(Ops.FLIP, ctx.dtype, (ctx,), ret.arg),)
+
+
+def reduce_vjp(ctx: UOp, ret: UOp) -> Grads:
+    src = ret.src[0]
+    spread = expand(ctx, shape_of(src))
+    if ret.arg[0] is Ops.ADD:
+        return (spread,)
+    return (mul(spread, max_mask(src, ret)),)  # max: to the maxima, ties share
+
+
+def identity_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (ctx,)
+
+
+def detach_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (None,)
+
+
+vjp_rules = PatternMatcher([
+    (UPat(Ops.ADD, name="ret"), add_vjp),
+    (UPat(Ops.MUL, name="ret"), mul_vjp),
+    (UPat(Ops.NEG, name="ret"), neg_vjp),
+    (UPat(Ops.MAX, name="ret"), max_vjp),
+    (UPat(Ops.EXP2, name="ret"), exp2_vjp),
+    (UPat(Ops.LOG2, name="ret"), log2_vjp),
+    (UPat(Ops.SIN, name="ret"), sin_vjp),
+    (UPat(Ops.SQRT, name="ret"), sqrt_vjp),
+    (UPat(Ops.RECIPROCAL, name="ret"), reciprocal_vjp),
+    (UPat(Ops.TRUNC, name="ret"), trunc_vjp),
+    (UPat(Ops.WHERE, name="ret"), where_vjp),
+    (UPat(Ops.CAST, name="ret"), cast_vjp),
+    (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
+           Ops.BITCAST), name="ret"), no_gradient),
+    (UPat(Ops.RESHAPE, name="ret"), reshape_vjp),
+    (UPat(Ops.PERMUTE, name="ret"), permute_vjp),
+    (UPat(Ops.EXPAND, name="ret"), expand_vjp),
+    (UPat(Ops.PAD, name="ret"), pad_vjp),
+    (UPat(Ops.SHRINK, name="ret"), shrink_vjp),
+    (UPat(Ops.FLIP, name="ret"), flip_vjp),
+    (UPat(Ops.REDUCE_AXIS, name="ret"), reduce_vjp),
+    (UPat(Ops.CONTIGUOUS, name="ret"), identity_vjp),
+    (UPat(Ops.DETACH, name="ret"), detach_vjp),
+], name="vjp")  # fmt: skip
+
+
+def vjp_rule(ret: UOp, grad: UOp) -> Grads:
+    """The gradients of ret's sources, given ret's gradient."""
+    for rule in vjp_rules.rules_for(ret.op):
+        for store in rule.pattern.match(ret, {}):
+            out = rule.fn(ctx=grad, **store)
+            if out is not None:
+                return out  # type: ignore[return-value]
+    raise NotImplementedError(f"no gradient rule for {ret.op.name}")
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+    """Gradients of root (seeded with root_grad) with respect to each reachable target."""
+    order = root.toposort()
+    on_path: set[UOp] = set()
+    for node in order:  # sources first: a node leads to a target if it is one or a source does
+        if node in targets or any(s in on_path for s in node.src):
+            on_path.add(node)
+    grads: dict[UOp, UOp] = {root: root_grad}
+    for node in reversed(order):
+        g = grads.get(node)
+        if g is None or node not in on_path or not node.src:
+            continue
+        for src, sg in zip(node.src, vjp_rule(node, g)):
+            if sg is None or src not in on_path:
+                continue
+            grads[src] = sg if src not in grads else add(grads[src], sg)
+    return {t: grads[t] for t in targets if t in grads}
+
+
+def zeros_like(u: UOp) -> UOp:
+    return full(shape_of(u), u, 0.0)
