@@ -67,7 +67,7 @@ def internal_deps(package: str) -> list[str]:
 
 def install_editable(session: nox.Session, packages: list[str], *extra: str) -> None:
     # Build with the venv's own hatchling instead of one isolated build env per package.
-    session.install("hatchling")
+    session.install("hatchling", "editables")
     args = [arg for p in packages for arg in ("-e", str(ROOT / "packages" / p))]
     session.install("--no-build-isolation", *args, *extra)
 
@@ -75,7 +75,8 @@ def install_editable(session: nox.Session, packages: list[str], *extra: str) -> 
 def pytest(session: nox.Session, where: Path, label: str) -> None:
     """Run pytest; collecting no test at all is a failure, not a pass."""
     try:
-        session.run("pytest", *session.posargs, cwd=str(where))
+        with session.chdir(where):
+            session.run("pytest", *session.posargs)
     except nox.command.CommandFailed as exc:
         if getattr(exc, "return_code", None) == PYTEST_NO_TESTS:
             session.error(f"{label}: pytest collected no tests (exit 5); every package must have tests")
