@@ -155,6 +155,7 @@ class KernelBuilder:
     memo: dict[tuple, UOp] = field(default_factory=dict)
     fused: set[UOp] = field(default_factory=set)  # tensor-level nodes computed inside this kernel
     reduce_at: dict[UOp, Index] = field(default_factory=dict)  # where each fused reduction is read
+    ast: UOp | None = None  # the built kernel, once build() succeeded
 
     def glob(self, slot: int, dtype: object) -> UOp:
         if slot not in self.slots:

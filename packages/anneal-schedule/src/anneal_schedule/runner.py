@@ -18,6 +18,14 @@ class RunStats:
 
 
 @dataclass
+class Executed:
+    """One schedule as it ran: every slot's buffer (inputs first). What a JIT replays."""
+
+    schedule: Schedule
+    slots: list[Buffer]
+
+
+@dataclass
 class Runner:
     """One per device: a scheduler, a program cache keyed by kernel content hash, stats."""
 
@@ -26,6 +34,7 @@ class Runner:
     scheduler: Scheduler = field(default_factory=Scheduler)
     programs: dict[bytes, Program] = field(default_factory=dict)
     stats: RunStats = field(default_factory=RunStats)
+    recording: list[Executed] | None = None  # when a list, each execute() is appended (JIT capture)
 
     def __post_init__(self) -> None:
         self.scheduler.max_buffers = self.backend.limits.max_buffers
@@ -52,11 +61,16 @@ class Runner:
                 physical[pid] = Buffer(self.device, self.backend, size, dtype)
             buf = physical[pid]
             slots.append(buf if buf.dtype == dtype and buf.size == size else _alias(buf, size, dtype))
+        self.run_kernels(sched, slots, var_values)
+        if self.recording is not None:
+            self.recording.append(Executed(sched, slots))
+        return [slots[s] for s in sched.outputs]
+
+    def run_kernels(self, sched: Schedule, slots: list[Buffer], var_values: dict[str, int]) -> None:
         for kern in sched.kernels:
             prog = self.program(kern.name, kern.ast)
             self.backend.run(prog, [slots[s].ensure() for s in kern.slots], var_values)
             self.stats.kernels_run += 1
-        return [slots[s] for s in sched.outputs]
 
 
 def _alias(buf: Buffer, size: int, dtype: Any) -> Buffer:

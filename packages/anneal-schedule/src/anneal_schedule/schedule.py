@@ -8,6 +8,7 @@ bound to this call's buffers.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,46 +109,98 @@ class Scheduler:
         return sched, inputs
 
 
+class ScheduleError(RuntimeError):
+    """A graph the scheduler cannot order safely; the message says what to change."""
+
+
+def _assign_target(u: UOp) -> UOp:
+    """The BUFFER an ASSIGN writes into (its target must be a plain view of a whole buffer)."""
+    target = u.src[0]
+    base = target.src[0] if target.op is Ops.RESHAPE else target
+    if base.op is not Ops.BUFFER or base.arg.size != (u.size if u.shape else 1):
+        raise ScheduleError("assign: the target must be a realized tensor (a whole buffer), not a view of one")
+    return base
+
+
 def build_schedule(sink: UOp, n_inputs: int) -> Schedule:
     consumers = _consumers(sink)
     slot_of: dict[UOp, int] = {}
     buffers: list[tuple[int, DType]] = []
     kernels: list[Kernel] = []
+    assigned: set[int] = set()  # input slots already overwritten by an ASSIGN kernel
     for node in sink.toposort():
         if node.op is Ops.BUFFER:
             slot_of[node] = node.arg.index
 
     def must_realize(u: UOp, through_broadcast: bool) -> bool:
-        if u.op is Ops.CONTIGUOUS:
+        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
             return True
         if u.op is Ops.REDUCE_AXIS:
             return through_broadcast or consumers[u] > 1
         return False
 
-    def realize(root: UOp) -> int:
-        """Schedule the kernel computing root (and first whatever it needs); returns its slot."""
+    def materialized(u: UOp) -> int | None:
+        slot = slot_of.get(u)
+        if u.op is Ops.BUFFER and slot in assigned:
+            raise ScheduleError(f"a kernel reads the old value of input {slot} after an assign overwrote it; "
+                                "realize the reader first")  # fmt: skip
+        return slot
+
+    def build(root: UOp, out_slot: Callable[[], int]) -> KernelBuilder:
+        """Build root's kernel; whatever it needs first is realized (and numbered) before it."""
         while True:
-            builder = KernelBuilder(root, slot_of.get, must_realize)
-            out_slot = n_inputs + len(buffers)
+            builder = KernelBuilder(root, materialized, must_realize)
             try:
-                ast = builder.build(out_slot)
+                builder.ast = builder.build(out_slot())
+                return builder
             except NeedsRealize as need:
                 realize(need.node)
-                continue
-            break
-        assert root.shape is not None
-        size = 1
-        for d in root.shape:
-            size *= d
-        buffers.append((size, root.dtype))
-        ast = simplify_kernel(ast)
+
+    def emit(builder: KernelBuilder) -> None:
+        ast = simplify_kernel(builder.ast)
         kernels.append(Kernel(f"k{len(kernels)}", ast, tuple(builder.slots), len(builder.fused)))
+
+    def realize(root: UOp) -> int:
+        """Schedule the kernel computing root (and first whatever it needs); returns its slot."""
+        if root.op is Ops.ASSIGN:
+            return realize_assign(root)
+        builder = build(root, lambda: n_inputs + len(buffers))
+        out_slot = n_inputs + len(buffers)
+        buffers.append((root.size if root.shape else 1, root.dtype))
+        emit(builder)
         slot_of[root] = out_slot
         return out_slot
 
-    outputs = [slot_of[out] if out in slot_of else realize(out) for out in sink.src]
+    def realize_assign(root: UOp) -> int:
+        """Write the value into the target's own buffer (in place, as optimizers need)."""
+        out_slot = slot_of[_assign_target(root)]
+        value = root.src[1]
+        builder = build(value, lambda: out_slot)
+        if _reads_elsewhere(builder.ast, out_slot):  # would read what it already overwrote: compute aside first
+            staged = UOp(Ops.CONTIGUOUS, value.dtype, (value,))
+            realize(staged)
+            builder = build(UOp(Ops.DETACH, value.dtype, (staged,)), lambda: out_slot)  # a plain copy of the staged value
+        emit(builder)
+        assigned.add(out_slot)
+        slot_of[root] = out_slot
+        return out_slot
+
+    # plain outputs first: they may read values an assign is about to overwrite
+    order = sorted(range(len(sink.src)), key=lambda i: sink.src[i].op is Ops.ASSIGN)
+    slots: dict[int, int] = {}
+    for i in order:
+        out = sink.src[i]
+        slots[i] = slot_of[out] if out in slot_of else realize(out)
+    outputs = [slots[i] for i in range(len(sink.src))]
     return Schedule(tuple(kernels), n_inputs, tuple(buffers), tuple(outputs),
                     plan_memory(kernels, n_inputs, buffers, set(outputs)))  # fmt: skip
+
+
+def _reads_elsewhere(ast: UOp, slot_arg: int) -> bool:
+    """Does the kernel load its own output buffer at an index other than the one it stores to?"""
+    store = ast.src[0]
+    out_glob, out_index = store.src[0], store.src[1]
+    return any(n.op is Ops.LOAD and n.src[0] is out_glob and n.src[1] is not out_index for n in ast.toposort())
 
 
 def plan_memory(kernels: list[Kernel], n_inputs: int, buffers: list[tuple[int, DType]], keep: set[int]) -> tuple[int, ...]:

@@ -57,5 +57,6 @@ def realize(device: str, uops: list[UOp]) -> list[UOp]:
     for u, buf in zip(todo, bufs):
         assert u.shape is not None
         views[u] = buffer_view(buf, u.shape)
-        _realized[u] = views[u]
+        if u.op is not Ops.ASSIGN:  # an assigned buffer changes again later: never stands for this graph
+            _realized[u] = views[u]
     return [views.get(u, u) for u in uops]

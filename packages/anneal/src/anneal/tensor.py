@@ -271,6 +271,20 @@ class Tensor:
     def cpu(self) -> Tensor:
         return self.to("cpu")
 
+    def assign(self, value: Any) -> Tensor:
+        """Write value into this tensor's memory (lazily; in place when realized), as optimizers need."""
+        x = value if isinstance(value, Tensor) else Tensor.full(self.shape, value, self.dtype, self.device)
+        if x.shape != self.shape:
+            x = x._broadcast_to(broadcast_shape(self.shape, x.shape, op="assign"))
+            if x.shape != self.shape:
+                raise ValueError(f"assign: value of shape {value.shape} does not fit a tensor of shape {self.shape}")
+        x = x.cast(self.dtype)
+        if as_buffer(self.uop) is None:  # nothing realized to write into: just take the new value
+            self.uop = x.uop
+        else:
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+        return self
+
     def detach(self) -> Tensor:
         return Tensor._from(UOp(Ops.DETACH, self.dtype, (self.uop,)), self.device)
 

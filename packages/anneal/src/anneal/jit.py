@@ -1,0 +1,121 @@
+"""anneal.jit: capture the kernels of a step once, then replay them without re-tracing.
+
+The first call runs the function normally (warm-up: compiles everything). The second call
+runs it while recording every schedule executed, with the buffer of each slot. Later calls
+skip Python entirely: the Tensor arguments' buffers are bound in place of the captured
+ones and the recorded kernels run again. Parameters updated with ``assign`` live in the
+same buffers across calls, so training steps replay correctly.
+
+Rules, as in tinygrad's TinyJit: pass every per-call input as a Tensor argument (anything
+else is baked in at capture), realize what you return, and expect the returned tensors to
+be overwritten by the next call (copy them if you keep them).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from anneal.realize import as_buffer, buffer_view, runner
+from anneal.tensor import Tensor
+from anneal_schedule.buffer import Buffer
+from anneal_schedule.runner import Executed
+
+
+class JitError(RuntimeError):
+    """A replay whose arguments do not match the capture; the message names the difference."""
+
+
+def _tensor_args(args: tuple, kwargs: dict) -> list[Tensor]:
+    return [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+
+
+def _signature(ts: list[Tensor]) -> list[tuple]:
+    return [(t.shape, t.dtype, t.device) for t in ts]
+
+
+@dataclass
+class Captured:
+    calls: list[Executed]
+    arg_slots: list[tuple[int, int, int]]  # (call, slot, argument position) to rebind
+    outputs: Any  # the function's return value, tensors replaced by (call, slot) or kept
+    signature: list[tuple]
+
+
+@dataclass
+class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
+    fn: Callable[..., Any]
+    calls: int = 0
+    captured: Captured | None = None
+    replays: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors = _tensor_args(args, kwargs)
+        for t in tensors:
+            t.realize()
+        if self.captured is not None:
+            return self.replay(tensors)
+        self.calls += 1
+        if self.calls == 1:
+            return self.fn(*args, **kwargs)
+        return self.capture(tensors, args, kwargs)
+
+    def capture(self, tensors: list[Tensor], args: tuple, kwargs: dict) -> Any:
+        devices = {t.device for t in tensors} or {"cpu"}
+        if len(devices) > 1:
+            raise JitError(f"jit: arguments on several devices {sorted(devices)}")
+        run = runner(devices.pop())
+        run.recording = []
+        try:
+            out = self.fn(*args, **kwargs)
+        finally:
+            recorded, run.recording = run.recording, None
+        arg_buffers = {id(as_buffer(t.uop)): i for i, t in enumerate(tensors)}
+        arg_slots = [(c, s, arg_buffers[id(b)]) for c, call in enumerate(recorded) for s, b in enumerate(call.slots)
+                     if id(b) in arg_buffers]  # fmt: skip
+        where = {id(b): (c, s) for c, call in enumerate(recorded) for s, b in enumerate(call.slots)}
+
+        def locate(x: Any) -> Any:
+            if isinstance(x, Tensor):
+                buf = as_buffer(x.uop)
+                if buf is None or id(buf) not in where:
+                    return x  # not produced by the step: returned as it is
+                return ("slot", *where[id(buf)], x.shape, x.device)
+            if isinstance(x, (tuple, list)):
+                return type(x)(locate(v) for v in x)
+            return x
+
+        self.captured = Captured(recorded, arg_slots, locate(out), _signature(tensors))
+        return out
+
+    def replay(self, tensors: list[Tensor]) -> Any:
+        cap = self.captured
+        assert cap is not None
+        if _signature(tensors) != cap.signature:
+            raise JitError(f"jit: arguments changed since capture: {cap.signature} -> {_signature(tensors)} "
+                           "(shapes, dtypes and devices must stay the same; make a new jit for new shapes)")  # fmt: skip
+        bufs: list[Buffer] = []
+        for t in tensors:
+            b = as_buffer(t.uop)
+            assert b is not None
+            bufs.append(b)
+        for c, s, i in cap.arg_slots:
+            cap.calls[c].slots[s] = bufs[i]
+        for call in cap.calls:
+            runner(call.slots[0].device).run_kernels(call.schedule, call.slots, {})
+        self.replays += 1
+
+        def rebuild(x: Any) -> Any:
+            if isinstance(x, tuple) and x and x[0] == "slot":
+                _, c, s, shape, device = x
+                return Tensor._from(buffer_view(cap.calls[c].slots[s], shape), device)
+            if isinstance(x, (tuple, list)):
+                return type(x)(rebuild(v) for v in x)
+            return x
+
+        return rebuild(cap.outputs)
