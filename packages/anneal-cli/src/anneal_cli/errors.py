@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import IO, Any
 
 import click
@@ -18,9 +19,8 @@ class CommandError(click.ClickException):
 
 def one_line(exc: BaseException) -> str:
     """An exception as one line; our own error types carry a complete message already."""
-    from anneal.registry import DeviceError
-
     text = " ".join(str(exc).split())
-    if isinstance(exc, DeviceError):
+    registry = sys.modules.get("anneal.registry")  # not imported: exc cannot be a DeviceError
+    if registry is not None and isinstance(exc, registry.DeviceError):
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

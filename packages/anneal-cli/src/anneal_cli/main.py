@@ -8,6 +8,8 @@ import click
 
 from anneal_cli.errors import CommandError, one_line
 
+_HINT = " (ANNEAL_DEBUG=1 shows the traceback)"
+
 
 class AnnealGroup(click.Group):
     """The group: adds plugins' commands on first look-up, turns failures into one line."""
@@ -49,7 +51,7 @@ class AnnealGroup(click.Group):
             from anneal.registry import DeviceError
 
             # A DeviceError is an expected failure whose message already names the fix.
-            hint = "" if isinstance(exc, DeviceError) else " (ANNEAL_DEBUG=1 shows the traceback)"
+            hint = "" if isinstance(exc, DeviceError) else _HINT
             raise CommandError(one_line(exc) + hint) from exc
 
 
@@ -96,7 +98,14 @@ def build_cli() -> AnnealGroup:
 
 
 def main() -> None:
-    build_cli().main(prog_name="anneal")
+    try:
+        cli = build_cli()
+    except Exception as exc:  # a broken install: say so in one line, like any other failure
+        if _debug():
+            raise
+        click.echo(f"anneal: error: cannot load the CLI: {one_line(exc)}{_HINT}", err=True)
+        raise SystemExit(1) from None
+    cli.main(prog_name="anneal")
 
 
 if __name__ == "__main__":
