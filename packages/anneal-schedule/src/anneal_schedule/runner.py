@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir import UOp
 from anneal_schedule.backend import Backend, Program
 from anneal_schedule.buffer import Buffer
-from anneal_schedule.schedule import Schedule, Scheduler
+from anneal_schedule.schedule import Kernel, Schedule, Scheduler
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Runner:
     programs: dict[bytes, Program] = field(default_factory=dict)
     stats: RunStats = field(default_factory=RunStats)
     recording: list[Executed] | None = None  # when a list, each execute() is appended (JIT capture)
+    debug: int = 0  # ANNEAL_DEBUG: 2 prints one line per kernel run, 4 also its source
 
     def __post_init__(self) -> None:
         self.scheduler.max_buffers = self.backend.limits.max_buffers
@@ -69,8 +72,26 @@ class Runner:
     def run_kernels(self, sched: Schedule, slots: list[Buffer], var_values: dict[str, int]) -> None:
         for kern in sched.kernels:
             prog = self.program(kern.name, kern.ast)
-            self.backend.run(prog, [slots[s].ensure() for s in kern.slots], var_values)
+            buffers = [slots[s].ensure() for s in kern.slots]
+            if self.debug >= 2:
+                self._run_timed(kern, prog, buffers, var_values, slots)
+            else:
+                self.backend.run(prog, buffers, var_values)
             self.stats.kernels_run += 1
+
+    def _run_timed(self, kern: Kernel, prog: Program, buffers: list[Any], var_values: dict[str, int],
+                   slots: list[Buffer]) -> None:  # fmt: skip
+        self.backend.synchronize()
+        t0 = time.perf_counter()
+        self.backend.run(prog, buffers, var_values)
+        self.backend.synchronize()
+        dt = time.perf_counter() - t0
+        nbytes = sum(slots[s].nbytes for s in kern.slots)
+        print(f"*** {self.device} {kern.name:>5} {kern.fused_ops:4d} ops  {dt * 1e6:9.1f} us  "
+              f"{nbytes / max(dt, 1e-9) / 1e9:7.2f} GB/s  args {[slots[s].size for s in kern.slots]}",
+              file=sys.stderr)  # fmt: skip
+        if self.debug >= 4:
+            print(prog.source, file=sys.stderr)
 
 
 def _alias(buf: Buffer, size: int, dtype: Any) -> Buffer:

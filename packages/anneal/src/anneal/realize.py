@@ -11,7 +11,7 @@ import functools
 import weakref
 
 from anneal.registry import get_backend
-from anneal_ir import Ops, UOp, graph_rewrite
+from anneal_ir import Ops, Settings, UOp, graph_rewrite
 from anneal_ir.pattern import PatternMatcher, UPat
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.runner import Runner
@@ -22,7 +22,7 @@ _realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 @functools.cache
 def runner(device: str) -> Runner:
     name, backend = get_backend(device)
-    return Runner(name, backend)  # type: ignore[arg-type]
+    return Runner(name, backend, debug=Settings.from_env().debug)  # type: ignore[arg-type]
 
 
 def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
