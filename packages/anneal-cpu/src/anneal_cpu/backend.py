@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from anneal_cpu.render import render
-from anneal_ir import Ops, UOp
+from anneal_ir import DType, UOp
 from anneal_schedule.backend import Limits
 
 
@@ -31,33 +31,30 @@ class CPUProgram:
     name: str
     source: str
     fn: Any
-    arg_dtypes: tuple[np.dtype, ...]
 
 
 class CPUBackend:
     name = "cpu"
     limits = Limits()
 
-    def allocate(self, nbytes: int) -> np.ndarray:
-        return np.empty(max(8, -(-nbytes // 8) * 8), dtype=np.uint8)  # whole float64s: views of any dtype work
+    def allocate(self, size: int, dtype: DType) -> np.ndarray:
+        return np.empty(max(size, 1), dtype=dtype.np)
 
     def copy_in(self, handle: np.ndarray, data: np.ndarray) -> None:
-        handle[: data.nbytes] = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint8)
+        handle[: data.size] = data
 
-    def copy_out(self, handle: np.ndarray, nbytes: int) -> np.ndarray:
-        return handle[:nbytes].copy()
+    def copy_out(self, handle: np.ndarray, size: int, dtype: DType) -> np.ndarray:
+        return handle[:size].copy()
 
     def compile(self, name: str, ast: UOp) -> CPUProgram:
         source = render(name, ast)
         namespace = dict(_NAMESPACE)
         exec(compile(source, f"<anneal kernel {name}>", "exec"), namespace)  # the rendered kernel is our own code
-        globs = sorted({n.arg: n.dtype for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL}.items())
-        return CPUProgram(name, source, namespace[name], tuple(d.np for _, d in globs))
+        return CPUProgram(name, source, namespace[name])
 
     def run(self, program: CPUProgram, buffers: list[np.ndarray], var_values: dict[str, int]) -> None:
-        views = [b.view(dt) for b, dt in zip(buffers, program.arg_dtypes)]
         with np.errstate(all="ignore"):
-            program.fn(*views, var_values)
+            program.fn(*buffers, var_values)
 
     def synchronize(self) -> None:
         pass

@@ -235,7 +235,8 @@ class Renderer:
             return
         axes = self.deps[idx] | self.deps[value]
         shape = self.shape_for(axes)
-        self.lines.append(f"{buf}[np.broadcast_to({self.ref(idx)}, {shape})] = np.broadcast_to({self.ref(value)}, {shape})")
+        target = f"{buf}[np.broadcast_to({self.ref(idx)}, {shape})]"
+        self.lines.append(f"{target} = np.broadcast_to({self.ref(value)}, {shape})")
 
     def render_reduce(self, u: UOp) -> None:
         value, ranges = u.src[0], u.src[1:]

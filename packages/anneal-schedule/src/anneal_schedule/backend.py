@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from anneal_ir import UOp
+from anneal_ir import DType, UOp
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,17 @@ class Backend(Protocol):
     name: str
     limits: Limits
 
-    def allocate(self, nbytes: int) -> Any: ...
+    def allocate(self, size: int, dtype: DType) -> Any:
+        """Memory for size elements; a backend may store a dtype wider (e.g. bool as u32 in WGSL)."""
+        ...
 
-    def copy_in(self, handle: Any, data: np.ndarray) -> None: ...
+    def copy_in(self, handle: Any, data: np.ndarray) -> None:
+        """Write a flat array of the buffer's dtype (numpy storage dtype, see DType.numpy)."""
+        ...
 
-    def copy_out(self, handle: Any, nbytes: int) -> np.ndarray: ...
+    def copy_out(self, handle: Any, size: int, dtype: DType) -> np.ndarray:
+        """Read size elements back as a flat numpy array of the storage dtype."""
+        ...
 
     def compile(self, name: str, ast: UOp) -> Program: ...
 

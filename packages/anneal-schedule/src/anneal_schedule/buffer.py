@@ -39,7 +39,7 @@ class Buffer:
 
     def ensure(self) -> Any:
         if self.handle is None:
-            self.handle = self.backend.allocate(max(self.nbytes, 1))
+            self.handle = self.backend.allocate(self.size, self.dtype)
         return self.handle
 
     def copy_in(self, data: np.ndarray) -> Buffer:
@@ -49,6 +49,4 @@ class Buffer:
         return self
 
     def numpy(self) -> np.ndarray:
-        raw = self.backend.copy_out(self.ensure(), self.nbytes)
-        return np.frombuffer(raw.tobytes() if not raw.flags.c_contiguous else raw, dtype=self.dtype.np,
-                             count=self.size).copy()  # fmt: skip
+        return self.backend.copy_out(self.ensure(), self.size, self.dtype)

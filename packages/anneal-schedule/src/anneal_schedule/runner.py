@@ -62,8 +62,7 @@ class Runner:
             pid = sched.physical[k]
             if pid not in physical:
                 physical[pid] = Buffer(self.device, self.backend, size, dtype)
-            buf = physical[pid]
-            slots.append(buf if buf.dtype == dtype and buf.size == size else _alias(buf, size, dtype))
+            slots.append(physical[pid])
         self.run_kernels(sched, slots, var_values)
         if self.recording is not None:
             self.recording.append(Executed(sched, slots))
@@ -93,9 +92,3 @@ class Runner:
         if self.debug >= 4:
             print(prog.source, file=sys.stderr)
 
-
-def _alias(buf: Buffer, size: int, dtype: Any) -> Buffer:
-    """A view of the same memory under another dtype of equal byte size (memory planning)."""
-    alias = Buffer(buf.device, buf.backend, size, dtype)
-    alias.handle = buf.ensure()
-    return alias

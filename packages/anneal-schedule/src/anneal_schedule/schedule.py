@@ -176,7 +176,7 @@ def build_schedule(sink: UOp, n_inputs: int) -> Schedule:
         out_slot = slot_of[_assign_target(root)]
         value = root.src[1]
         builder = build(value, lambda: out_slot)
-        if _reads_elsewhere(builder.ast, out_slot):  # would read what it already overwrote: compute aside first
+        if _reads_elsewhere(builder.ast, out_slot):  # it would read what it already overwrote: stage it
             staged = UOp(Ops.CONTIGUOUS, value.dtype, (value,))
             realize(staged)
             builder = build(UOp(Ops.DETACH, value.dtype, (staged,)), lambda: out_slot)  # a plain copy of the staged value
@@ -203,14 +203,16 @@ def _reads_elsewhere(ast: UOp, slot_arg: int) -> bool:
     return any(n.op is Ops.LOAD and n.src[0] is out_glob and n.src[1] is not out_index for n in ast.toposort())
 
 
-def plan_memory(kernels: list[Kernel], n_inputs: int, buffers: list[tuple[int, DType]], keep: set[int]) -> tuple[int, ...]:
-    """Greedy reuse: an intermediate's memory is free for kernels after its last reader."""
+def plan_memory(
+    kernels: list[Kernel], n_inputs: int, buffers: list[tuple[int, DType]], keep: set[int]
+) -> tuple[int, ...]:
+    """Greedy reuse: an intermediate's buffer is free for kernels after its last reader."""
     last_use: dict[int, int] = {}
     for k, kern in enumerate(kernels):
         for s in kern.slots:
             last_use[s] = k
     physical: list[int] = []
-    free: list[tuple[int, int]] = []  # (nbytes, physical id)
+    free: list[tuple[tuple[int, DType], int]] = []  # ((size, dtype), physical id)
     n_physical = 0
     freed_after: dict[int, list[int]] = {}
     owner: dict[int, int] = {}
@@ -222,9 +224,9 @@ def plan_memory(kernels: list[Kernel], n_inputs: int, buffers: list[tuple[int, D
         for done_k in sorted(list(freed_after)):
             if done_k < k:
                 for s in freed_after.pop(done_k):
-                    free.append((buffers[s - n_inputs][0] * buffers[s - n_inputs][1].itemsize, owner[s]))
-        nbytes = size * dtype.itemsize
-        match = next((f for f in free if f[0] == nbytes), None) if slot not in keep else None
+                    free.append((buffers[s - n_inputs], owner[s]))
+        # only an identical (size, dtype) is reused: backends may store dtypes at different widths
+        match = next((f for f in free if f[0] == (size, dtype)), None) if slot not in keep else None
         if match is not None:
             free.remove(match)
             pid = match[1]

@@ -7,7 +7,8 @@ from anneal.tensor import Tensor, cat, matmul, stack, where
 from anneal_ir import DType, dtypes
 
 float16, bfloat16, float32, float64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
-int8, int16, int32, int64, uint8, bool_ = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.bool
+int8, int16, int32, int64 = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64
+uint8, bool_ = dtypes.uint8, dtypes.bool
 
 __version__ = "0.1.0"
 

@@ -76,8 +76,8 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
         finally:
             recorded, run.recording = run.recording, None
         arg_buffers = {id(as_buffer(t.uop)): i for i, t in enumerate(tensors)}
-        arg_slots = [(c, s, arg_buffers[id(b)]) for c, call in enumerate(recorded) for s, b in enumerate(call.slots)
-                     if id(b) in arg_buffers]  # fmt: skip
+        arg_slots = [(c, s, arg_buffers[id(b)])
+                     for c, call in enumerate(recorded) for s, b in enumerate(call.slots) if id(b) in arg_buffers]
         where = {id(b): (c, s) for c, call in enumerate(recorded) for s, b in enumerate(call.slots)}
 
         def locate(x: Any) -> Any:

@@ -222,7 +222,8 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"<Tensor {self.shape} {self.dtype.name} on {self.device}{' requires_grad' if self.requires_grad else ''}>"
+        grad = " requires_grad" if self.requires_grad else ""
+        return f"<Tensor {self.shape} {self.dtype.name} on {self.device}{grad}>"
 
     def realize(self) -> Tensor:
         (self.uop,) = realize(self.device, [self.uop])
