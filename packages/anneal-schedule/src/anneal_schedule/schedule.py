@@ -179,7 +179,8 @@ def build_schedule(sink: UOp, n_inputs: int) -> Schedule:
         if _reads_elsewhere(builder.ast, out_slot):  # it would read what it already overwrote: stage it
             staged = UOp(Ops.CONTIGUOUS, value.dtype, (value,))
             realize(staged)
-            builder = build(UOp(Ops.DETACH, value.dtype, (staged,)), lambda: out_slot)  # a plain copy of the staged value
+            copy = UOp(Ops.DETACH, value.dtype, (staged,))  # a plain copy of the staged value
+            builder = build(copy, lambda: out_slot)
         emit(builder)
         assigned.add(out_slot)
         slot_of[root] = out_slot

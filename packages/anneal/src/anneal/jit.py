@@ -98,7 +98,7 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
         assert cap is not None
         if _signature(tensors) != cap.signature:
             raise JitError(f"jit: arguments changed since capture: {cap.signature} -> {_signature(tensors)} "
-                           "(shapes, dtypes and devices must stay the same; make a new jit for new shapes)")  # fmt: skip
+                           "(shapes, dtypes and devices must stay the same; make a new jit for new shapes)")
         bufs: list[Buffer] = []
         for t in tensors:
             b = as_buffer(t.uop)
