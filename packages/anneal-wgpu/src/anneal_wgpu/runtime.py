@@ -1,0 +1,176 @@
+"""The wgpu runtime: one device per process, buffers, pipelines, batched dispatches.
+
+Dispatches are recorded into one command encoder and submitted together when the host
+needs data (copy_out), writes data (copy_in) or synchronizes; pipelines are cached by
+kernel source and bind groups by buffer tuple. Errors from wgpu become WebGPUError naming
+the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from anneal_ir import DType, UOp, dtypes
+from anneal_schedule.backend import Limits
+from anneal_wgpu.adapters import select_adapter
+from anneal_wgpu.render import Kernel, render_wgsl, storage_type
+
+_STORAGE_NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "u32": np.uint32}
+
+
+class WebGPUError(RuntimeError):
+    """A failure inside wgpu (validation, out of memory, device lost), with the kernel named."""
+
+
+@dataclass
+class GPUBuffer:
+    buffer: Any
+    size: int
+    dtype: DType
+    storage: str  # the WGSL element type it is stored as
+
+
+@dataclass
+class WebGPUProgram:
+    name: str
+    source: str
+    kernel: Kernel
+    pipeline: Any
+    layout: Any
+
+
+def to_storage(data: np.ndarray, dtype: DType, storage: str) -> np.ndarray:
+    if dtype == dtypes.bfloat16:  # bits -> f32
+        return (data.astype(np.uint32) << 16).view(np.float32)
+    if dtype.is_int and dtype.itemsize == 8 and data.size:
+        lo, hi = (-(2**31), 2**31 - 1) if storage == "i32" else (0, 2**32 - 1)
+        if data.min() < lo or data.max() > hi:
+            raise WebGPUError(f"{dtype.name} values outside [{lo}, {hi}] cannot be stored on WebGPU ({storage})")
+    return np.ascontiguousarray(data.astype(_STORAGE_NP[storage]))
+
+
+def from_storage(data: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype == dtypes.bfloat16:  # f32 -> bf16 bits, round to nearest even
+        bits = data.astype(np.float32).view(np.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    if dtype == dtypes.bool:
+        return data != 0
+    return data.astype(dtype.np)
+
+
+class WebGPUBackend:
+    name = "webgpu"
+
+    def __init__(self) -> None:
+        import wgpu
+
+        self.wgpu = wgpu
+        adapter = select_adapter()
+        self.adapter = adapter
+        features = [f for f in ("shader-f16",) if f in adapter.features]
+        keep = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size",
+                "max-compute-workgroups-per-dimension", "max-compute-invocations-per-workgroup",
+                "max-compute-workgroup-size-x", "max-compute-workgroup-size-y", "max-compute-workgroup-size-z",
+                "max-compute-workgroup-storage-size", "max-bindings-per-bind-group")  # fmt: skip
+        required = {k: adapter.limits[k] for k in keep if k in adapter.limits}
+        self.device = adapter.request_device_sync(required_features=features, required_limits=required)
+        self.f16 = "shader-f16" in features
+        lim = self.device.limits
+        self.limits = Limits(
+            max_buffers=min(lim["max-storage-buffers-per-shader-stage"], lim["max-bindings-per-bind-group"]),
+            max_workgroup_size=(lim["max-compute-workgroup-size-x"], lim["max-compute-workgroup-size-y"],
+                                lim["max-compute-workgroup-size-z"]),  # fmt: skip
+            max_workgroup_invocations=lim["max-compute-invocations-per-workgroup"],
+            max_shared_memory=lim["max-compute-workgroup-storage-size"],
+            max_workgroups_per_dim=lim["max-compute-workgroups-per-dimension"],
+            max_binding_size=lim["max-storage-buffer-binding-size"],
+            f16=self.f16,
+        )
+        self.workgroup = min(64, self.limits.max_workgroup_invocations)
+        self.encoder: Any = None
+        self.bind_groups: dict[tuple, Any] = {}
+
+    # ---- memory ----
+    def allocate(self, size: int, dtype: DType) -> GPUBuffer:
+        storage = storage_type(dtype, self.f16)
+        nbytes = max(16, math.ceil(size * np.dtype(_STORAGE_NP[storage]).itemsize / 16) * 16)
+        if nbytes > self.limits.max_binding_size:
+            raise WebGPUError(f"a buffer of {size} {dtype.name} ({nbytes} bytes) exceeds the device's max storage "
+                              f"binding size of {self.limits.max_binding_size} bytes")  # fmt: skip
+        usage = self.wgpu.BufferUsage.STORAGE | self.wgpu.BufferUsage.COPY_SRC | self.wgpu.BufferUsage.COPY_DST
+        return GPUBuffer(self.device.create_buffer(size=nbytes, usage=usage), size, dtype, storage)
+
+    def copy_in(self, handle: GPUBuffer, data: np.ndarray) -> None:
+        self.flush()  # dispatches recorded so far must see the old contents
+        arr = to_storage(data, handle.dtype, handle.storage)
+        if arr.nbytes:
+            pad = (-arr.nbytes) % 4
+            raw = arr.tobytes() + b"\0" * pad
+            self.device.queue.write_buffer(handle.buffer, 0, raw)
+
+    def copy_out(self, handle: GPUBuffer, size: int, dtype: DType) -> np.ndarray:
+        self.flush()
+        raw = self.device.queue.read_buffer(handle.buffer)
+        arr = np.frombuffer(raw, dtype=_STORAGE_NP[handle.storage])[:size]
+        return from_storage(arr, dtype)
+
+    # ---- programs ----
+    def compile(self, name: str, ast: UOp) -> WebGPUProgram:
+        kernel = render_wgsl(name, ast, self.f16, self.workgroup)
+        try:
+            module = self.device.create_shader_module(code=kernel.source)
+            pipeline = self.device.create_compute_pipeline(layout="auto", compute={"module": module,
+                                                                                   "entry_point": "main"})
+        except Exception as exc:  # wgpu raises its own validation errors: name the kernel
+            raise WebGPUError(f"kernel {name} failed to compile: {type(exc).__name__}: {exc}\n{kernel.source}") from exc
+        return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0))
+
+    def _bind_group(self, prog: WebGPUProgram, buffers: list[GPUBuffer]) -> Any:
+        key = (id(prog), *(id(b.buffer) for b in buffers))
+        bg = self.bind_groups.get(key)
+        if bg is None:
+            entries = [{"binding": arg, "resource": {"buffer": buffers[arg].buffer, "offset": 0,
+                                                     "size": buffers[arg].buffer.size}}
+                       for arg, _, _ in prog.kernel.bindings]  # fmt: skip
+            bg = self.device.create_bind_group(layout=prog.layout, entries=entries)
+            if len(self.bind_groups) > 4096:  # buffers come and go: keep the cache bounded
+                self.bind_groups.clear()
+            self.bind_groups[key] = bg
+        return bg
+
+    def run(self, program: WebGPUProgram, buffers: list[GPUBuffer], var_values: dict[str, int]) -> None:
+        k = program.kernel
+        if k.total == 0:
+            return
+        groups = math.ceil(k.total / k.workgroup)
+        max_x = self.limits.max_workgroups_per_dim
+        gx, gy = (groups, 1) if groups <= max_x else (max_x, math.ceil(groups / max_x))
+        if gy > max_x:
+            raise WebGPUError(f"kernel {program.name}: {k.total} invocations exceed the dispatch limits")
+        try:
+            if self.encoder is None:
+                self.encoder = self.device.create_command_encoder()
+            cpass = self.encoder.begin_compute_pass()
+            cpass.set_pipeline(program.pipeline)
+            cpass.set_bind_group(0, self._bind_group(program, buffers))
+            cpass.dispatch_workgroups(gx, gy, 1)
+            cpass.end()
+        except Exception as exc:
+            self.encoder = None
+            raise WebGPUError(f"kernel {program.name} failed to dispatch: {type(exc).__name__}: {exc}") from exc
+
+    def flush(self) -> None:
+        if self.encoder is not None:
+            encoder, self.encoder = self.encoder, None
+            try:
+                self.device.queue.submit([encoder.finish()])
+            except Exception as exc:
+                raise WebGPUError(f"submitting kernels failed: {type(exc).__name__}: {exc}") from exc
+
+    def synchronize(self) -> None:
+        self.flush()
+        self.device.queue.on_submitted_work_done_sync()
