@@ -100,3 +100,16 @@ def test_scheduler_cache_hits_on_same_structure() -> None:
     sc.schedule([buf(2, 2) + buf(2, 2)])
     sc.schedule([buf(2, 2) + buf(2, 2)])
     assert (sc.stats.misses, sc.stats.hits) == (1, 1)
+
+
+def test_max_buffers_splits_a_wide_kernel() -> None:
+    xs = [buf(8) for _ in range(7)]
+    total = xs[0]
+    for x in xs[1:]:
+        total = total + x
+    sink, inputs = normalize([total])
+    wide = build_schedule(sink, len(inputs))
+    assert len(wide.kernels) == 1 and len(wide.kernels[0].slots) == 8
+    narrow = build_schedule(sink, len(inputs), max_buffers=4)
+    assert len(narrow.kernels) > 1
+    assert all(len(k.slots) <= 4 for k in narrow.kernels)

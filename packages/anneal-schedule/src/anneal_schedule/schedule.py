@@ -102,7 +102,7 @@ class Scheduler:
             self.stats.hits += 1
             return self.cache[key], inputs
         self.stats.misses += 1
-        sched = build_schedule(sink, len(inputs))
+        sched = build_schedule(sink, len(inputs), self.max_buffers)
         self.cache[key] = sched
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
@@ -122,8 +122,11 @@ def _assign_target(u: UOp) -> UOp:
     return base
 
 
-def build_schedule(sink: UOp, n_inputs: int) -> Schedule:
+def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Schedule:
+    if max_buffers < 2:
+        raise ScheduleError(f"a backend that binds {max_buffers} buffer(s) per kernel cannot run kernels")
     consumers = _consumers(sink)
+    split: set[UOp] = set()  # fused nodes given their own kernel to respect max_buffers
     slot_of: dict[UOp, int] = {}
     buffers: list[tuple[int, DType]] = []
     kernels: list[Kernel] = []
@@ -133,7 +136,7 @@ def build_schedule(sink: UOp, n_inputs: int) -> Schedule:
             slot_of[node] = node.arg.index
 
     def must_realize(u: UOp, through_broadcast: bool) -> bool:
-        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
+        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN) or u in split:
             return True
         if u.op is Ops.REDUCE_AXIS:
             return through_broadcast or consumers[u] > 1
@@ -152,9 +155,12 @@ def build_schedule(sink: UOp, n_inputs: int) -> Schedule:
             builder = KernelBuilder(root, materialized, must_realize)
             try:
                 builder.ast = builder.build(out_slot())
-                return builder
             except NeedsRealize as need:
                 realize(need.node)
+                continue
+            if len(builder.slots) <= max_buffers:
+                return builder
+            split.add(_heaviest_input(root, builder, slot_of, max_buffers))
 
     def emit(builder: KernelBuilder) -> None:
         ast = simplify_kernel(builder.ast)
@@ -195,6 +201,22 @@ def build_schedule(sink: UOp, n_inputs: int) -> Schedule:
     outputs = [slots[i] for i in range(len(sink.src))]
     return Schedule(tuple(kernels), n_inputs, tuple(buffers), tuple(outputs),
                     plan_memory(kernels, n_inputs, buffers, set(outputs)))  # fmt: skip
+
+
+def _heaviest_input(root: UOp, builder: KernelBuilder, slot_of: dict[UOp, int], max_buffers: int) -> UOp:
+    """A fused node to compute in a kernel of its own, so that root's kernel binds fewer buffers.
+
+    Picks the fused node reading the most distinct buffers that still fits in one kernel."""
+    reads: dict[UOp, frozenset[int]] = {}
+    for n in root.toposort():
+        if n in slot_of:
+            reads[n] = frozenset({slot_of[n]})
+        else:
+            reads[n] = frozenset().union(*(reads[s] for s in n.src))
+    candidates = [n for n in builder.fused if n is not root and n.src and 1 < len(reads[n]) < max_buffers]
+    if not candidates:
+        raise ScheduleError(f"a kernel needs {len(builder.slots)} buffers but the device binds at most {max_buffers}")
+    return max(candidates, key=lambda n: (len(reads[n]), -len(n.toposort())))
 
 
 def _reads_elsewhere(ast: UOp, slot_arg: int) -> bool:
