@@ -1,0 +1,121 @@
+"""WGSL kernels run on the adapter, checked against numpy; rendering rules checked as text."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from anneal_ir import Ops, UOp, dtypes
+from anneal_schedule.buffer import Buffer
+from anneal_schedule.runner import Runner
+from anneal_schedule.schedule import build_schedule, normalize
+from anneal_wgpu.render import RenderError, literal, render_wgsl
+
+F32 = dtypes.float32
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def runner(adapter: object) -> Runner:
+    from anneal_wgpu.runtime import WebGPUBackend
+
+    return Runner("webgpu", WebGPUBackend())
+
+
+def tensor(runner: Runner, data: np.ndarray, dtype: object = None) -> UOp:
+    dt = dtype or dtypes.from_any(data.dtype)
+    b = Buffer("webgpu", runner.backend, data.size, dt).copy_in(data)
+    base = UOp(Ops.BUFFER, dt, (), b)
+    return UOp(Ops.RESHAPE, dt, (base,), data.shape)
+
+
+def run(runner: Runner, out: UOp) -> np.ndarray:
+    (buf,) = runner.realize([out])
+    assert out.shape is not None
+    return buf.numpy().reshape(out.shape)
+
+
+def expand(u: UOp, shape: tuple[int, ...], via: tuple[int, ...]) -> UOp:
+    return UOp(Ops.EXPAND, u.dtype, (UOp(Ops.RESHAPE, u.dtype, (u,), via),), shape)
+
+
+def matmul(a: UOp, b: UOp) -> UOp:
+    (n, k), (_, m) = a.shape, b.shape  # type: ignore[misc]
+    a3 = expand(a, (n, m, k), (n, 1, k))
+    b3 = expand(UOp(Ops.PERMUTE, F32, (b,), (1, 0)), (n, m, k), (1, m, k))
+    r = UOp(Ops.REDUCE_AXIS, F32, (a3 * b3,), (Ops.ADD, (2,)))
+    return UOp(Ops.RESHAPE, F32, (r,), (n, m))
+
+
+def test_matmul_bias_relu(runner: Runner) -> None:
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((9, 13), (13, 5), (5,)))
+    bias = expand(tensor(runner, c), (9, 5), (1, 5))
+    mm = matmul(tensor(runner, a), tensor(runner, b)) + bias
+    zero = expand(UOp.const(F32, 0.0), (9, 5), (1, 1))
+    out = UOp(Ops.WHERE, F32, (zero < mm, mm, zero))
+    np.testing.assert_allclose(run(runner, out), np.maximum(a @ b + c, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_max_reduce_flip_pad(runner: Runner) -> None:
+    a = rng.standard_normal((6, 4)).astype(np.float32)
+    x = tensor(runner, a)
+    mx = UOp(Ops.REDUCE_AXIS, F32, (UOp(Ops.FLIP, F32, (x,), (0,)),), (Ops.MAX, (0,)))
+    np.testing.assert_allclose(run(runner, mx), a.max(0, keepdims=True))
+    padded = UOp(Ops.PAD, F32, (x,), ((1, 0), (2, 1)))
+    np.testing.assert_allclose(run(runner, padded), np.pad(a, ((1, 0), (2, 1))))
+
+
+def test_bool_and_int64_storage_round_trip(runner: Runner) -> None:
+    a = rng.integers(-50, 50, size=(17,)).astype(np.int64)
+    x = tensor(runner, a)
+    pos = x.const_like(0) < x
+    np.testing.assert_array_equal(run(runner, pos), a > 0)
+    np.testing.assert_array_equal(run(runner, x * 3 + 1), a * 3 + 1)
+    flags = tensor(runner, a % 2 == 0)
+    np.testing.assert_array_equal(run(runner, flags.alu(Ops.XOR, pos)), (a % 2 == 0) ^ (a > 0))
+
+
+def test_int_division_truncates(runner: Runner) -> None:
+    a = np.array([7, -7, 7, -7], dtype=np.int32)
+    b = np.array([2, 2, -2, -2], dtype=np.int32)
+    x, y = tensor(runner, a), tensor(runner, b)
+    np.testing.assert_array_equal(run(runner, x.alu(Ops.IDIV, y)), np.trunc(a / b).astype(np.int32))
+    np.testing.assert_array_equal(run(runner, x.alu(Ops.MOD, y)), np.fmod(a, b))
+
+
+def test_transcendentals(runner: Runner) -> None:
+    a = rng.uniform(0.1, 3.0, size=(64,)).astype(np.float32)
+    x = tensor(runner, a)
+    for op, ref in ((Ops.EXP2, np.exp2), (Ops.LOG2, np.log2), (Ops.SIN, np.sin), (Ops.SQRT, np.sqrt),
+                    (Ops.RECIPROCAL, np.reciprocal)):  # fmt: skip
+        np.testing.assert_allclose(run(runner, x.alu(op)), ref(a), rtol=1e-5, atol=1e-6, err_msg=op.name)
+
+
+def test_pipelines_are_cached(runner: Runner) -> None:
+    a = rng.standard_normal(8).astype(np.float32)
+    before = runner.stats.programs_compiled
+    for _ in range(3):
+        run(runner, tensor(runner, a) * 2.0 + 1.0)
+    assert runner.stats.programs_compiled == before + 1
+
+
+def test_literals() -> None:
+    assert literal(math.inf, F32, False) == "f32(bitcast<f32>(2139095040u))"
+    assert literal(True, dtypes.bool, False) == "true"
+    assert literal(-(2**31), dtypes.int32, False) == "i32(-2147483647 - 1)"
+    assert literal(5, dtypes.uint8, False) == "5u"
+
+
+class _Big:
+    size = 3 * 2**30
+
+
+def test_index_overflow_is_refused_at_compile_time() -> None:
+    base = UOp(Ops.BUFFER, F32, (), _Big())
+    out = UOp(Ops.RESHAPE, F32, (base,), (3, 2**30)) + 1.0
+    sink, inputs = normalize([out])
+    sched = build_schedule(sink, len(inputs))
+    with pytest.raises(RenderError, match="does not fit in i32"):
+        render_wgsl("k0", sched.kernels[0].ast)
