@@ -1048,7 +1048,8 @@ def test_where_shape_mismatch() -> None:
         anneal.where(c, a, b)
 
 
-@pytest.mark.parametrize("sa,sb", [((2, 3), (4, 5)), ((3,), (4,)), ((2, 2, 3), (3, 3, 4)), ((5, 3), (2,))])
+@pytest.mark.parametrize("sa,sb", [((2, 3), (4, 5)), ((3,), (4,)), ((2, 2, 3), (3, 3, 4)), ((5, 3), (2,))],
+                         ids=["2d", "vec", "batch", "mat_vec"])
 def test_matmul_shape_mismatch(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
     a, b = Tensor.zeros(*sa, device=DEV), Tensor.zeros(*sb, device=DEV)
     with pytest.raises(ValueError) as e:
@@ -1057,7 +1058,7 @@ def test_matmul_shape_mismatch(sa: tuple[int, ...], sb: tuple[int, ...]) -> None
     assert "matmul" in msg and str(sa) in msg and str(sb) in msg, msg
 
 
-@pytest.mark.parametrize("new", [(4, 2), (-1, 4), (7,), (-1, -1)])
+@pytest.mark.parametrize("new", [(4, 2), (-1, 4), (7,), (-1, -1)], ids=str)
 def test_reshape_invalid(new: tuple[int, ...]) -> None:
     with pytest.raises(ValueError) as e:
         Tensor.zeros(2, 3, device=DEV).reshape(new)
@@ -1090,7 +1091,7 @@ def test_other_shape_errors(fn: Fn, words: list[str]) -> None:
     lambda: AF.embedding(Tensor.zeros(3, device=DEV), Tensor.zeros(4, 2, device=DEV)),
     lambda: Tensor.zeros(3, 2, device=DEV).gather(0, Tensor.zeros(3, 2, device=DEV)),
     lambda: Tensor.zeros(3, device=DEV).bitcast(dtypes.int64),
-])  # fmt: skip
+], ids=["one_hot_float", "embedding_float_idx", "gather_float_idx", "bitcast_size"])  # fmt: skip
 def test_dtype_errors_at_build_time(fn: Fn) -> None:
     with pytest.raises(TypeError):
         fn()
