@@ -9,6 +9,7 @@ materializes its M x N x K space; anything else falls back to index arrays.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from anneal_ir import DType, Ops, UOp, dtypes
@@ -173,7 +174,8 @@ class Renderer:
         if op in (Ops.SINK, Ops.DEFINE_GLOBAL) or u in self.names:
             return
         if op is Ops.CONST:
-            self.names[u] = f"{np_name(u.dtype)}({u.arg!r})"
+            value = f"float('{u.arg}')" if isinstance(u.arg, float) and not math.isfinite(u.arg) else repr(u.arg)
+            self.names[u] = f"{np_name(u.dtype)}({value})"
         elif op is Ops.RANGE:
             a = self.axis_of[u]
             self.emit(u, f"np.arange({self.ends[a]}).reshape({self.shape_for(frozenset({a}))})", frozenset({a}))

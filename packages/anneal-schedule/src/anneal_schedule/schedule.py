@@ -163,8 +163,9 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
             split.add(_heaviest_input(root, builder, slot_of, max_buffers))
 
     def emit(builder: KernelBuilder) -> None:
-        ast = simplify_kernel(builder.ast)
-        kernels.append(Kernel(f"k{len(kernels)}", ast, tuple(builder.slots), len(builder.fused)))
+        assert builder.ast is not None
+        ast, slots = drop_unused_arguments(simplify_kernel(builder.ast), builder.slots)
+        kernels.append(Kernel(f"k{len(kernels)}", ast, slots, len(builder.fused)))
 
     def realize(root: UOp) -> int:
         """Schedule the kernel computing root (and first whatever it needs); returns its slot."""
@@ -217,6 +218,16 @@ def _heaviest_input(root: UOp, builder: KernelBuilder, slot_of: dict[UOp, int], 
     if not candidates:
         raise ScheduleError(f"a kernel needs {len(builder.slots)} buffers but the device binds at most {max_buffers}")
     return max(candidates, key=lambda n: (len(reads[n]), -len(n.toposort())))
+
+
+def drop_unused_arguments(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, ...]]:
+    """Simplification can fold away every load of an input (x < x): renumber what is left."""
+    used = sorted({n.arg for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL})
+    if used == list(range(len(slots))):
+        return ast, tuple(slots)
+    renumber = {UOp(Ops.DEFINE_GLOBAL, n.dtype, (), n.arg): UOp(Ops.DEFINE_GLOBAL, n.dtype, (), used.index(n.arg))
+                for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL}  # fmt: skip
+    return substitute(ast, renumber), tuple(slots[i] for i in used)
 
 
 def _reads_elsewhere(ast: UOp, slot_arg: int) -> bool:

@@ -90,10 +90,10 @@ class Devices:
         """A concrete backend name for ``name`` (``auto`` → ``Settings.device`` → auto choice)."""
         name = name or AUTO
         if name == AUTO and self._settings.device != AUTO:
-            return self._settings.device, f"ANNEAL_DEVICE={self._settings.device}"
+            return self.entry(self._settings.device).name, f"ANNEAL_DEVICE={self._settings.device}"
         if name == AUTO:
             return self.auto()
-        return name, ""
+        return self.entry(name).name, ""  # an unknown name fails here, naming the registered ones
 
     def get(self, name: str = AUTO) -> tuple[str, object]:
         """(resolved name, backend instance); DeviceError if unknown, unavailable or broken."""

@@ -565,10 +565,10 @@ class Tensor:
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
     def relu(self) -> Tensor:
-        return (self > 0).where(self, 0)
+        return where(self > 0, self, 0)
 
     def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
-        return (self > 0).where(self, self * negative_slope)
+        return where(self > 0, self, self * negative_slope)
 
     def silu(self) -> Tensor:
         return self * self.sigmoid()
@@ -609,9 +609,9 @@ class Tensor:
 
     clamp = clip
 
-    def where(self, a: Any, b: Any) -> Tensor:
-        """self as the condition: torch.where(self, a, b)."""
-        return where(self, a, b)
+    def where(self, condition: Any, other: Any) -> Tensor:
+        """torch's Tensor.where: self where condition holds, other elsewhere."""
+        return where(condition, self, other)
 
     def pow(self, o: Any) -> Tensor:
         if not isinstance(o, Tensor):
@@ -636,14 +636,14 @@ class Tensor:
         odd = (b.abs() % 2) == 1
         is_int = b == b.trunc()
         neg = a < 0
-        res = neg.where(is_int.where(odd.where(-mag, mag), math.nan), mag)
-        return ((a == 0) & (b == 0)).where(1.0, res)
+        res = where(neg, where(is_int, where(odd, -mag, mag), math.nan), mag)
+        return where((a == 0) & (b == 0), 1.0, res)
 
     # ---- movement ----
     def reshape(self, *shape: Any) -> Tensor:
         shape = _shape_arg(shape)
         if shape.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {shape}")
+            raise ValueError(f"reshape: only one dimension can be -1, got {shape} for input of shape {self.shape}")
         known = math.prod(s for s in shape if s != -1)
         if -1 in shape:
             if known == 0 or self.numel() % known:
@@ -727,7 +727,7 @@ class Tensor:
         out = self._pad(arg)
         if value != 0:
             mask = self.ones_like(dtypes.bool)._pad(arg)
-            out = mask.where(out, value)
+            out = where(mask, out, value)
         return out
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
@@ -813,13 +813,13 @@ class Tensor:
         mag = x.abs().log2().sum(axis, keepdim).exp2()
         negs = (x < 0).cast(dtypes.int64).sum(axis, keepdim)
         zero = (x == 0).cast(dtypes.int64).sum(axis, keepdim) > 0
-        out = zero.where(0.0, ((negs % 2) == 1).where(-mag, mag))
+        out = where(zero, 0.0, where((negs % 2) == 1, -mag, mag))
         return out if self.dtype.is_float else out.round().cast(self.dtype)
 
     def max(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
-        if self.numel() == 0:
-            raise RuntimeError(f"max: cannot reduce an empty tensor of shape {self.shape}")
+        if any(self.shape[a] == 0 for a in self._axes(axis, "max")):
+            raise RuntimeError(f"max: cannot reduce over an empty dim of shape {self.shape} (max has no identity)")
         return self._reduce(Ops.MAX, axis, keepdim, "max")
 
     def min(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
@@ -877,7 +877,7 @@ class Tensor:
         axis = dim if dim is not None else axis
         x = self._float()
         m = x.max(axis, keepdim=True).detach()
-        m = (m.abs() == math.inf).where(0.0, m)
+        m = where(m.abs() == math.inf, 0.0, m)
         out = (x - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
 
@@ -920,6 +920,8 @@ class Tensor:
     def gather(self, dim: int, index: Tensor) -> Tensor:
         """torch.gather: out[..i..] = self[..index[..i..]..] along dim, as a one-hot reduction."""
         d = _norm_dim(dim, self.ndim, "gather")
+        if not index.dtype.is_int:
+            raise TypeError(f"gather: index must be an integer tensor, got {index.dtype.name}")
         if index.ndim != self.ndim:
             raise ValueError(f"gather: index has {index.ndim} dims but input has {self.ndim} (shapes {index.shape}, "
                              f"{self.shape})")  # fmt: skip
@@ -927,25 +929,25 @@ class Tensor:
         x = self._shrink([(0, index.shape[i]) if i != d else (0, n) for i in range(self.ndim)])
         onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device)  # (*index.shape, n)
         values = _move(x, d, -1).unsqueeze(d).expand(onehot.shape)  # x[.., j at the end]
-        return onehot.where(values, 0).sum(-1, dtype=self.dtype)
+        return where(onehot, values, 0).sum(-1, dtype=self.dtype)
 
     def one_hot(self, num_classes: int = -1) -> Tensor:
         return one_hot(self, num_classes)
 
     def masked_fill(self, mask: Tensor, value: Scalar) -> Tensor:
-        return mask.where(value, self)
+        return where(mask, value, self)
 
     def tril(self, diagonal: int = 0) -> Tensor:
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(c, device=self.device).reshape(1, c) <= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
-        return keep.where(self, 0)
+        return where(keep, self, 0)
 
     def triu(self, diagonal: int = 0) -> Tensor:
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
-        return keep.where(self, 0)
+        return where(keep, self, 0)
 
 
 
@@ -988,7 +990,10 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
                          f"({x.shape[-1]} != {y.shape[-2]})")  # fmt: skip
     dt = promote_types(x.dtype, y.dtype)
     x, y = x.cast(dt), y.cast(dt)
-    batch = broadcast_shape(x.shape[:-2], y.shape[:-2], op="matmul")
+    try:
+        batch = broadcast_shape(x.shape[:-2], y.shape[:-2], op="matmul")
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast together") from None
     n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
     xe = x.reshape(*x.shape[:-1], 1, k)._broadcast_to((*batch, n, m, k))
     ye = y.transpose(-1, -2).reshape(*y.shape[:-2], 1, m, k)._broadcast_to((*batch, n, m, k))
@@ -1121,7 +1126,7 @@ def _advanced_index(x: Tensor, index: tuple) -> Tensor:
     if idx.dtype == dtypes.bool:
         raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() instead")
     n = x.shape[0]
-    idx = (idx < 0).where(idx + n, idx)
+    idx = where(idx < 0, idx + n, idx)
     onehot = (idx.unsqueeze(-1) == Tensor.arange(n, device=x.device))  # (*idx, n)
     flat = x.reshape(n, -1)
     sel = onehot.cast(flat.dtype if flat.dtype.is_float else dtypes.int64).reshape(-1, n)
