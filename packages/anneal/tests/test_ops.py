@@ -24,10 +24,16 @@ import torch.nn.functional as TF
 
 import anneal
 import anneal.nn.functional as AF
+from anneal_ir import Settings
 from anneal import Tensor, dtypes
 from anneal.registry import DeviceError, backend_names
 
-DEV = "cpu"
+# the whole suite runs on any backend: ANNEAL_DEVICE=webgpu selects another one
+DEV = Settings.from_env().device if Settings.from_env().device != "auto" else "cpu"
+# WGSL has no 64-bit floats: on webgpu (as on torch's MPS) float64 is refused, so the cases that
+# exercise a wide float use float32 there; test_float64_support checks both behaviours.
+HAS_F64 = DEV != "webgpu"
+WIDE = "float64" if HAS_F64 else "float32"
 
 TORCH = SimpleNamespace(name="torch", F=TF, cat=torch.cat, stack=torch.stack, where=torch.where, matmul=torch.matmul,
                         dt=lambda n: getattr(torch, n), cast=lambda x, n: x.to(getattr(torch, n)),
@@ -122,6 +128,7 @@ def sl(m: SimpleNamespace, x: Any, index: Any) -> Any:
 # ---- creation ----
 
 NP_DTYPES = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_]
+NP_DTYPES = [d for d in NP_DTYPES if HAS_F64 or d is not np.float64]
 
 
 @pytest.mark.parametrize("dtype", NP_DTYPES, ids=lambda d: np.dtype(d).name)
@@ -145,7 +152,7 @@ def test_from_python(data: Any) -> None:
 
 
 @pytest.mark.parametrize("data,dtype", [([1, 2, 3], "float32"), ([1.7, -2.2], "int32"), ([0, 1, 2], "bool"),
-                                        (5, "float64"), ([1.5], "int64")])  # fmt: skip
+                                        (5, WIDE), ([1.5], "int64")])  # fmt: skip
 def test_from_python_with_dtype(data: Any, dtype: str) -> None:
     compare(Tensor(data, dtype=getattr(anneal, dtype) if dtype != "bool" else dtypes.bool, device=DEV),
             torch.tensor(data, dtype=getattr(torch, dtype)), 0, 0)  # fmt: skip
@@ -213,7 +220,16 @@ def test_manual_seed_reproducible(kind: str) -> None:
 
 def test_random_zero_size_and_dtype() -> None:
     assert Tensor.rand(0, 3, device=DEV).numpy().shape == (0, 3)
-    assert Tensor.randn(2, dtype=dtypes.float64, device=DEV).numpy().dtype == np.float64
+    assert Tensor.randn(2, dtype=getattr(dtypes, WIDE), device=DEV).numpy().dtype == np.dtype(WIDE)
+
+
+def test_float64_support() -> None:
+    data = np.array([1.0, 2.5], np.float64)
+    if HAS_F64:
+        np.testing.assert_array_equal((Tensor(data, device=DEV) * 2).numpy(), data * 2)
+    else:
+        with pytest.raises(Exception, match="float64 is not supported"):
+            Tensor(data, device=DEV)
 
 
 # ---- data out and conversions ----
@@ -250,7 +266,7 @@ OUT_CASES = [
     case("detach", [(3, 4)], lambda m, x: (x * 2).detach() + 1),
     case("contiguous_T", [(3, 4)], lambda m, x: x.T.contiguous()),
     case("contiguous_slice", [(5, 6)], lambda m, x: x[1:4, ::2].contiguous() * 1),
-    case("to_dtype", [(3, 4)], lambda m, x: x.to(m.dt("float64"))),
+    case("to_dtype", [(3, 4)], lambda m, x: x.to(m.dt(WIDE))),
     case("to_device", [(3, 4)], lambda m, x: x.to("cpu") + 0),
     case("cast_f2i_trunc", [(3, 4)], lambda m, x: m.cast(x * 3, "int32"), low=-5, high=5),
     case("cast_f2i64", [(7,)], lambda m, x: m.cast(x, "int64"), low=-9, high=9),
@@ -314,7 +330,7 @@ def test_binary(name: str, shapes: Any) -> None:
     case("int_cmp", [(3, 4), (3, 4)], lambda m, a, b: (a < b, a == b, a.maximum(b)), dtype=np.int64, low=-3, high=3),
     case("int32_plus_int64", [np.array([1, -2, 3], dtype=np.int32), ints(-5, 5, (3,))], lambda m, a, b: a + b),
     case("int_plus_float", [ints(-5, 5, (3, 2)), (3, 2)], lambda m, a, b: a + b),
-    case("f64_plus_f32", [np.array([1.25, 2.5]), (2,)], lambda m, a, b: a * b),
+    case("f64_plus_f32", [np.array([1.25, 2.5], WIDE), (2,)], lambda m, a, b: a * b),
     case("bool_and_or", [(4,), (4,)], lambda m, a, b: ((a > 0) & (b > 0), (a > 0) | (b > 0), (a > 0) ^ (b > 0))),
 ])  # fmt: skip
 def test_binary_more(shapes: Any, fn: Fn, opts: dict[str, Any]) -> None:
@@ -409,7 +425,7 @@ def test_unary_noncontiguous(name: str) -> None:
     case("int_relu", [(6,)], lambda m, x: x.relu(), dtype=np.int32, low=-9, high=9),
     case("int_clip", [(6,)], lambda m, x: x.clip(-3, 4), dtype=np.int64, low=-9, high=9),
     case("clip_tensor_bounds", [(3, 4), (4,), (3, 1)], lambda m, x, lo, hi: x.clip(lo - 1, hi + 1)),
-    case("f64_exp", [(5,)], lambda m, x: x.exp(), dtype=np.float64, low=-5, high=5),
+    case("f64_exp", [(5,)], lambda m, x: x.exp(), dtype=np.dtype(WIDE).type, low=-5, high=5),
 ])  # fmt: skip
 def test_unary_more(shapes: Any, fn: Fn, opts: dict[str, Any]) -> None:
     run_case(shapes, fn, opts)
@@ -524,7 +540,7 @@ def test_argmax(shapes: Any, fn: Fn, opts: dict[str, Any]) -> None:
     case("log_softmax_dim0", [(3, 5)], lambda m, x: x.log_softmax(0)),
     case("log_softmax_large", [(2, 6)], lambda m, x: x.log_softmax(-1), low=-80, high=80),
     case("log_softmax_F", [(2, 3, 4)], lambda m, x: m.F.log_softmax(x, 1)),
-    case("log_softmax_F_dtype", [(2, 3)], lambda m, x: m.F.log_softmax(x, -1, dtype=m.dt("float64"))),
+    case("log_softmax_F_dtype", [(2, 3)], lambda m, x: m.F.log_softmax(x, -1, dtype=m.dt(WIDE))),
     case("softmax_with_neg_inf", [np.array([[0.0, -math.inf, 1.0]], dtype=np.float32)], lambda m, x: x.softmax(-1)),
 ])  # fmt: skip
 def test_softmax(shapes: Any, fn: Fn, opts: dict[str, Any]) -> None:

@@ -84,6 +84,8 @@ class Renderer:
         args = ", ".join(f"b{i}" for i, _ in globs)
         loops = ", ".join(f"r{i}<{e}" for i, e in enumerate(self.ends))
         head = [f"def {self.name}({args}, vars):", f"    # axes: {loops or 'none'}"]
+        if any(e == 0 and r.arg[1] == "global" for r, e in zip(ranges, self.ends)):
+            return "\n".join(head + ["    return  # an empty output"]) + "\n"
         for n in self.needed(nodes):
             self.visit(n)
         return "\n".join(head + ["    " + ln for ln in self.lines]) + "\n"

@@ -248,6 +248,9 @@ class WGSLRenderer:
             total *= int(r.src[0].arg)
         if total > I32_MAX:
             raise RenderError(f"kernel {self.name}: {total} output elements do not fit in i32 indexing")
+        if total == 0:  # an empty output: nothing to compute, and the runtime dispatches nothing
+            source = f"// {self.name}: empty output\n@compute @workgroup_size(1)\nfn main() {{}}\n"
+            return Kernel(self.name, source, (), 0, self.workgroup)
         stride = total
         for r in global_ranges:
             end = int(r.src[0].arg)

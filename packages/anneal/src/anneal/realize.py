@@ -16,7 +16,8 @@ from anneal_ir.pattern import PatternMatcher, UPat
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.runner import Runner
 
-_realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# per device: a graph of constants has no device of its own, so the same UOp may be computed on several
+_realized: dict[str, weakref.WeakKeyDictionary[UOp, UOp]] = {}
 
 
 @functools.cache
@@ -37,8 +38,8 @@ def as_buffer(u: UOp) -> Buffer | None:
     return u.arg if u.op is Ops.BUFFER else None
 
 
-def _use_realized(x: UOp) -> UOp | None:
-    return _realized.get(x)
+def _use_realized(x: UOp, ctx: weakref.WeakKeyDictionary[UOp, UOp]) -> UOp | None:
+    return ctx.get(x)
 
 
 _substitute_realized = PatternMatcher([(UPat(name="x"), _use_realized)], "use_realized")
@@ -50,13 +51,14 @@ def realize(device: str, uops: list[UOp]) -> list[UOp]:
     if not todo:
         return uops
     sink = UOp(Ops.SINK, src=tuple(todo))
-    if _realized:
-        sink = graph_rewrite(sink, _substitute_realized, bottom_up=True, name="use_realized")
+    done = _realized.setdefault(device, weakref.WeakKeyDictionary())
+    if done:
+        sink = graph_rewrite(sink, _substitute_realized, ctx=done, bottom_up=True, name="use_realized")
     bufs = runner(device).realize(list(sink.src))
     views = {}
     for u, buf in zip(todo, bufs):
         assert u.shape is not None
         views[u] = buffer_view(buf, u.shape)
         if u.op is not Ops.ASSIGN:  # an assigned buffer changes again later: never stands for this graph
-            _realized[u] = views[u]
+            done[u] = views[u]
     return [views.get(u, u) for u in uops]
