@@ -35,7 +35,7 @@ def forward(lib: Any, w: dict[str, Any], x: Any, layers: int, heads: int) -> Any
     for i in range(layers):
         h = lib.layer_norm(x, w[f"{i}.ln1.g"], w[f"{i}.ln1.b"])
         qkv = h @ w[f"{i}.qkv.w"] + w[f"{i}.qkv.b"]
-        q, k, v = (qkv[:, :, j * C:(j + 1) * C].reshape(B, T, heads, hd).transpose(1, 2) for j in range(3))
+        q, k, v = (qkv[:, :, j * C : (j + 1) * C].reshape(B, T, heads, hd).transpose(1, 2) for j in range(3))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd)) + mask
         y = att.softmax(-1) @ v
         x = x + y.transpose(1, 2).reshape(B, T, C) @ w[f"{i}.proj.w"] + w[f"{i}.proj.b"]

@@ -82,7 +82,7 @@ def block(m: SimpleNamespace, p: dict[str, Any], i: int, x: Any) -> Any:
     b, t, c = x.shape
     h = m.F.layer_norm(x, (c,), p[f"h{i}.ln1.w"], p[f"h{i}.ln1.b"])
     qkv = m.F.linear(h, p[f"h{i}.qkv.w"], p[f"h{i}.qkv.b"])  # (b, t, 3c)
-    q, k, v = (qkv[:, :, j * c:(j + 1) * c].reshape(b, t, HEADS, c // HEADS).transpose(1, 2) for j in range(3))
+    q, k, v = (qkv[:, :, j * c : (j + 1) * c].reshape(b, t, HEADS, c // HEADS).transpose(1, 2) for j in range(3))
     y = m.F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, heads, t, c/heads)
     x = x + m.F.linear(y.transpose(1, 2).reshape(b, t, c), p[f"h{i}.proj.w"], p[f"h{i}.proj.b"])
     h = m.F.layer_norm(x, (c,), p[f"h{i}.ln2.w"], p[f"h{i}.ln2.b"])

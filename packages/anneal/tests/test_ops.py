@@ -24,9 +24,9 @@ import torch.nn.functional as TF
 
 import anneal
 import anneal.nn.functional as AF
-from anneal_ir import Settings
 from anneal import Tensor, dtypes
 from anneal.registry import DeviceError, backend_names
+from anneal_ir import Settings
 
 # the whole suite runs on any backend: ANNEAL_DEVICE=webgpu selects another one
 DEV = Settings.from_env().device if Settings.from_env().device != "auto" else "cpu"
@@ -756,12 +756,18 @@ CONV_CASES = [
     case("padding_same", [(1, 2, 6, 6), (3, 2, 4, 3)], lambda m, x, w: m.F.conv2d(x, w, padding="same")),
     case("padding_valid", [(1, 2, 6, 6), (3, 2, 3, 3)], lambda m, x, w: m.F.conv2d(x, w, padding="valid")),
     case("dilation2", [(1, 2, 9, 8), (3, 2, 3, 3)], lambda m, x, w: m.F.conv2d(x, w, dilation=2)),
-    case("dilation_stride_pad", [(2, 2, 9, 8), (3, 2, 3, 2)],
-         lambda m, x, w: m.F.conv2d(x, w, stride=2, padding=(1, 2), dilation=(2, 3))),
+    case(
+        "dilation_stride_pad",
+        [(2, 2, 9, 8), (3, 2, 3, 2)],
+        lambda m, x, w: m.F.conv2d(x, w, stride=2, padding=(1, 2), dilation=(2, 3)),
+    ),
     case("groups2", [(2, 4, 6, 6), (6, 2, 3, 3), (6,)], lambda m, x, w, b: m.F.conv2d(x, w, b, groups=2)),
     case("depthwise", [(1, 4, 6, 5), (4, 1, 3, 3)], lambda m, x, w: m.F.conv2d(x, w, padding=1, groups=4)),
-    case("groups_all_args", [(1, 6, 9, 9), (9, 2, 2, 3), (9,)],
-         lambda m, x, w, b: m.F.conv2d(x, w, b, (2, 1), (1, 1), (2, 1), 3)),
+    case(
+        "groups_all_args",
+        [(1, 6, 9, 9), (9, 2, 2, 3), (9,)],
+        lambda m, x, w, b: m.F.conv2d(x, w, b, (2, 1), (1, 1), (2, 1), 3),
+    ),
     case("1x1", [(2, 5, 4, 4), (3, 5, 1, 1)], lambda m, x, w: m.F.conv2d(x, w)),
     case("kernel_eq_input", [(2, 3, 4, 4), (5, 3, 4, 4)], lambda m, x, w: m.F.conv2d(x, w)),
     case("stride_gt_kernel", [(1, 2, 9, 9), (3, 2, 2, 2)], lambda m, x, w: m.F.conv2d(x, w, stride=4)),
@@ -798,8 +804,11 @@ POOL_CASES = [
     case("avg_pad_exclude", [(1, 2, 6, 7)], lambda m, x: m.F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
     case("avg_ceil", [(1, 2, 7, 6)], lambda m, x: m.F.avg_pool2d(x, 2, 2, ceil_mode=True)),
     case("avg_ceil_pad", [(1, 1, 8, 8)], lambda m, x: m.F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)),
-    case("avg_ceil_pad_exclude", [(1, 1, 8, 9)],
-         lambda m, x: m.F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+    case(
+        "avg_ceil_pad_exclude",
+        [(1, 1, 8, 9)],
+        lambda m, x: m.F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+    ),
     case("avg_divisor", [(1, 2, 6, 6)], lambda m, x: m.F.avg_pool2d(x, 2, divisor_override=3)),
     case("avg_tuple", [(2, 2, 6, 9)], lambda m, x: m.F.avg_pool2d(x, (3, 2), (1, 3))),
     case("avg_3d_input", [(3, 6, 6)], lambda m, x: m.F.avg_pool2d(x, 2)),
@@ -880,27 +889,39 @@ CE_CASES = [
     case("sum", [(6, 5), _TGT], lambda m, x, y: m.F.cross_entropy(x, y, reduction="sum")),
     case("none", [(6, 5), _TGT], lambda m, x, y: m.F.cross_entropy(x, y, reduction="none")),
     case("weight", [(6, 5), _TGT, (5,)], lambda m, x, y, w: m.F.cross_entropy(x, y, w.abs() + 0.1)),
-    case("weight_none", [(6, 5), _TGT, (5,)],
-         lambda m, x, y, w: m.F.cross_entropy(x, y, w.abs() + 0.1, reduction="none")),
+    case(
+        "weight_none", [(6, 5), _TGT, (5,)], lambda m, x, y, w: m.F.cross_entropy(x, y, w.abs() + 0.1, reduction="none")
+    ),
     case("ignore_index", [(6, 5), _TGT_IGN], lambda m, x, y: m.F.cross_entropy(x, y)),
     case("ignore_index_custom", [(6, 5), _TGT_IGN_1], lambda m, x, y: m.F.cross_entropy(x, y, ignore_index=1)),
-    case("ignore_weight_sum", [(6, 5), _TGT_IGN, (5,)],
-         lambda m, x, y, w: m.F.cross_entropy(x, y, w.abs() + 0.1, reduction="sum")),
+    case(
+        "ignore_weight_sum",
+        [(6, 5), _TGT_IGN, (5,)],
+        lambda m, x, y, w: m.F.cross_entropy(x, y, w.abs() + 0.1, reduction="sum"),
+    ),
     case("label_smoothing", [(6, 5), _TGT], lambda m, x, y: m.F.cross_entropy(x, y, label_smoothing=0.1)),
     case("ls_ignore", [(6, 5), _TGT_IGN], lambda m, x, y: m.F.cross_entropy(x, y, label_smoothing=0.2)),
-    case("ls_ignore_none", [(6, 5), _TGT_IGN],
-         lambda m, x, y: m.F.cross_entropy(x, y, reduction="none", label_smoothing=0.2)),
-    case("ls_weight_ignore", [(6, 5), _TGT_IGN, (5,)],
-         lambda m, x, y, w: m.F.cross_entropy(x, y, w.abs() + 0.1, label_smoothing=0.3)),
+    case(
+        "ls_ignore_none",
+        [(6, 5), _TGT_IGN],
+        lambda m, x, y: m.F.cross_entropy(x, y, reduction="none", label_smoothing=0.2),
+    ),
+    case(
+        "ls_weight_ignore",
+        [(6, 5), _TGT_IGN, (5,)],
+        lambda m, x, y, w: m.F.cross_entropy(x, y, w.abs() + 0.1, label_smoothing=0.3),
+    ),
     case("spatial", [(2, 5, 3, 2), ints(0, 5, (2, 3, 2))], lambda m, x, y: m.F.cross_entropy(x, y)),
-    case("spatial_none", [(2, 5, 3), ints(0, 5, (2, 3))],
-         lambda m, x, y: m.F.cross_entropy(x, y, reduction="none")),
+    case("spatial_none", [(2, 5, 3), ints(0, 5, (2, 3))], lambda m, x, y: m.F.cross_entropy(x, y, reduction="none")),
     case("unbatched", [(5,), np.array(3, dtype=np.int64)], lambda m, x, y: m.F.cross_entropy(x, y)),
     case("large_logits", [(6, 5), _TGT], lambda m, x, y: m.F.cross_entropy(x, y), low=-60, high=60),
     case("noncontig", [(5, 6), _TGT], lambda m, x, y: m.F.cross_entropy(x.T, y)),
     case("probs", [(6, 5), _PROBS], lambda m, x, p: m.F.cross_entropy(x, p)),
-    case("probs_ls_weight", [(6, 5), _PROBS, (5,)],
-         lambda m, x, p, w: m.F.cross_entropy(x, p, w.abs(), label_smoothing=0.1)),
+    case(
+        "probs_ls_weight",
+        [(6, 5), _PROBS, (5,)],
+        lambda m, x, p, w: m.F.cross_entropy(x, p, w.abs(), label_smoothing=0.1),
+    ),
     case("probs_none", [(6, 5), _PROBS], lambda m, x, p: m.F.cross_entropy(x, p, reduction="none")),
     case("legacy_size_average", [(6, 5), _TGT], lambda m, x, y: m.F.cross_entropy(x, y, size_average=False)),
 ]
@@ -915,28 +936,59 @@ _BOOL_MASK = np.random.default_rng(9).random((5, 7)) < 0.7
 _BOOL_MASK[:, 0] = True  # no fully masked row (torch gives NaN there, as would anneal; kept out of this case)
 
 SDPA_CASES = [
-    case("basic", [(2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 6)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v)),
-    case("causal", [(2, 3, 6, 4), (2, 3, 6, 4), (2, 3, 6, 4)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, is_causal=True)),
-    case("causal_l_lt_s", [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, is_causal=True)),
-    case("bool_mask", [(2, 1, 5, 4), (2, 1, 7, 4), (2, 1, 7, 3), _BOOL_MASK],
-         lambda m, q, k, v, mask: m.F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
-    case("float_mask", [(2, 2, 5, 4), (2, 2, 7, 4), (2, 2, 7, 4), (5, 7)],
-         lambda m, q, k, v, mask: m.F.scaled_dot_product_attention(q, k, v, mask)),
-    case("scale", [(1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, scale=0.3)),
-    case("gqa_2to1", [(2, 4, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)),
-    case("gqa_mqa", [(1, 6, 4, 4), (1, 1, 4, 4), (1, 1, 4, 4)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, enable_gqa=True)),
+    case(
+        "basic",
+        [(2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 6)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v),
+    ),
+    case(
+        "causal",
+        [(2, 3, 6, 4), (2, 3, 6, 4), (2, 3, 6, 4)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    ),
+    case(
+        "causal_l_lt_s",
+        [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    ),
+    case(
+        "bool_mask",
+        [(2, 1, 5, 4), (2, 1, 7, 4), (2, 1, 7, 3), _BOOL_MASK],
+        lambda m, q, k, v, mask: m.F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+    ),
+    case(
+        "float_mask",
+        [(2, 2, 5, 4), (2, 2, 7, 4), (2, 2, 7, 4), (5, 7)],
+        lambda m, q, k, v, mask: m.F.scaled_dot_product_attention(q, k, v, mask),
+    ),
+    case(
+        "scale",
+        [(1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, scale=0.3),
+    ),
+    case(
+        "gqa_2to1",
+        [(2, 4, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+    ),
+    case(
+        "gqa_mqa",
+        [(1, 6, 4, 4), (1, 1, 4, 4), (1, 1, 4, 4)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+    ),
     case("3d", [(3, 5, 4), (3, 6, 4), (3, 6, 2)], lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v)),
-    case("noncontig_blhe", [(2, 5, 3, 4), (2, 5, 3, 4), (2, 5, 3, 4)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                             is_causal=True)),  # fmt: skip
-    case("single_query", [(1, 2, 1, 4), (1, 2, 6, 4), (1, 2, 6, 4)],
-         lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v)),
+    case(
+        "noncontig_blhe",
+        [(2, 5, 3, 4), (2, 5, 3, 4), (2, 5, 3, 4)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        ),
+    ),  # fmt: skip
+    case(
+        "single_query",
+        [(1, 2, 1, 4), (1, 2, 6, 4), (1, 2, 6, 4)],
+        lambda m, q, k, v: m.F.scaled_dot_product_attention(q, k, v),
+    ),
 ]
 
 
@@ -988,7 +1040,7 @@ def _torch_doc_signature(fn: Any) -> list[tuple[str, Any]]:
     while depth:
         depth += {"(": 1, ")": -1}.get(doc[end], 0)
         end += 1
-    args = ast.parse(f"def f({doc[start:end - 1]}): pass").body[0].args  # type: ignore[attr-defined]
+    args = ast.parse(f"def f({doc[start : end - 1]}): pass").body[0].args  # type: ignore[attr-defined]
     defaults = [inspect.Parameter.empty] * (len(args.args) - len(args.defaults)) + [ast.literal_eval(d)
                                                                                  for d in args.defaults]  # fmt: skip
     return [(a.arg, d) for a, d in zip(args.args, defaults)]
@@ -1064,8 +1116,11 @@ def test_where_shape_mismatch() -> None:
         anneal.where(c, a, b)
 
 
-@pytest.mark.parametrize("sa,sb", [((2, 3), (4, 5)), ((3,), (4,)), ((2, 2, 3), (3, 3, 4)), ((5, 3), (2,))],
-                         ids=["2d", "vec", "batch", "mat_vec"])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [((2, 3), (4, 5)), ((3,), (4,)), ((2, 2, 3), (3, 3, 4)), ((5, 3), (2,))],
+    ids=["2d", "vec", "batch", "mat_vec"],
+)
 def test_matmul_shape_mismatch(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
     a, b = Tensor.zeros(*sa, device=DEV), Tensor.zeros(*sb, device=DEV)
     with pytest.raises(ValueError) as e:

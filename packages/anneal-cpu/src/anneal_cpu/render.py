@@ -197,8 +197,11 @@ class Renderer:
             if u.dtype.is_float:
                 fn = "np.trunc({a} / {b})" if op is Ops.IDIV else "np.fmod({a}, {b})"
             else:
-                fn = ("({a} // {b})" if op is Ops.IDIV else "({a} % {b})") if fast else (
-                    "_idiv({a}, {b})" if op is Ops.IDIV else "np.fmod({a}, {b})")
+                fn = (
+                    ("({a} // {b})" if op is Ops.IDIV else "({a} % {b})")
+                    if fast
+                    else ("_idiv({a}, {b})" if op is Ops.IDIV else "np.fmod({a}, {b})")
+                )
             self.emit(u, fn.format(a=self.ref(a), b=self.ref(b)), self.deps[a] | self.deps[b])
         elif op in _BINARY:
             a, b = u.src

@@ -88,8 +88,13 @@ ALL_DTYPES: tuple[DType, ...] = (
     dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64,
     dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64,
 )  # fmt: skip
-BY_NAME = {d.name: d for d in ALL_DTYPES} | {"half": dtypes.float16, "float": dtypes.float32, "double": dtypes.float64,
-                                             "long": dtypes.int64, "int": dtypes.int32}
+BY_NAME = {d.name: d for d in ALL_DTYPES} | {
+    "half": dtypes.float16,
+    "float": dtypes.float32,
+    "double": dtypes.float64,
+    "long": dtypes.int64,
+    "int": dtypes.int32,
+}
 
 
 def _category(d: DType) -> int:

@@ -99,7 +99,7 @@ class UOp(metaclass=UOpMeta):
     def __mod__(self, x: Any) -> UOp:
         return self.alu(Ops.MOD, self._operand(x))
 
-    def __lt__(self, x: Any) -> UOp:  # type: ignore[override]
+    def __lt__(self, x: Any) -> UOp:
         return self.alu(Ops.CMPLT, self._operand(x))
 
     def ne(self, x: Any) -> UOp:

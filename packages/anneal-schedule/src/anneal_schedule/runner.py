@@ -91,4 +91,3 @@ class Runner:
               file=sys.stderr)  # fmt: skip
         if self.debug >= 4:
             print(prog.source, file=sys.stderr)
-

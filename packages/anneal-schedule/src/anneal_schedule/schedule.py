@@ -84,7 +84,6 @@ def _consumers(sink: UOp) -> Counter[UOp]:
     return count
 
 
-
 @dataclass
 class Scheduler:
     """Creates schedules and caches them by the content hash of the normalized graph."""

@@ -79,7 +79,8 @@ class Block:
     lines: list[str] = field(default_factory=list)
 
     def ancestors(self) -> list[Block]:
-        out, b = [], self
+        out: list[Block] = []
+        b: Block | None = self
         while b is not None:
             out.append(b)
             b = b.parent

@@ -82,8 +82,11 @@ class WebGPUBackend:
         lim = self.device.limits
         self.limits = Limits(
             max_buffers=min(lim["max-storage-buffers-per-shader-stage"], lim["max-bindings-per-bind-group"]),
-            max_workgroup_size=(lim["max-compute-workgroup-size-x"], lim["max-compute-workgroup-size-y"],
-                                lim["max-compute-workgroup-size-z"]),  # fmt: skip
+            max_workgroup_size=(
+                lim["max-compute-workgroup-size-x"],
+                lim["max-compute-workgroup-size-y"],
+                lim["max-compute-workgroup-size-z"],
+            ),  # fmt: skip
             max_workgroup_invocations=lim["max-compute-invocations-per-workgroup"],
             max_shared_memory=lim["max-compute-workgroup-storage-size"],
             max_workgroups_per_dim=lim["max-compute-workgroups-per-dimension"],
@@ -123,8 +126,9 @@ class WebGPUBackend:
         kernel = render_wgsl(name, ast, self.f16, self.workgroup)
         try:
             module = self.device.create_shader_module(code=kernel.source)
-            pipeline = self.device.create_compute_pipeline(layout="auto", compute={"module": module,
-                                                                                   "entry_point": "main"})
+            pipeline = self.device.create_compute_pipeline(
+                layout="auto", compute={"module": module, "entry_point": "main"}
+            )
         except Exception as exc:  # wgpu raises its own validation errors: name the kernel
             raise WebGPUError(f"kernel {name} failed to compile: {type(exc).__name__}: {exc}\n{kernel.source}") from exc
         return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0))

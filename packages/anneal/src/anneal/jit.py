@@ -76,8 +76,12 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
         finally:
             recorded, run.recording = run.recording, None
         arg_buffers = {id(as_buffer(t.uop)): i for i, t in enumerate(tensors)}
-        arg_slots = [(c, s, arg_buffers[id(b)])
-                     for c, call in enumerate(recorded) for s, b in enumerate(call.slots) if id(b) in arg_buffers]
+        arg_slots = [
+            (c, s, arg_buffers[id(b)])
+            for c, call in enumerate(recorded)
+            for s, b in enumerate(call.slots)
+            if id(b) in arg_buffers
+        ]
         where = {id(b): (c, s) for c, call in enumerate(recorded) for s, b in enumerate(call.slots)}
 
         def locate(x: Any) -> Any:
@@ -97,8 +101,10 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
         cap = self.captured
         assert cap is not None
         if _signature(tensors) != cap.signature:
-            raise JitError(f"jit: arguments changed since capture: {cap.signature} -> {_signature(tensors)} "
-                           "(shapes, dtypes and devices must stay the same; make a new jit for new shapes)")
+            raise JitError(
+                f"jit: arguments changed since capture: {cap.signature} -> {_signature(tensors)} "
+                "(shapes, dtypes and devices must stay the same; make a new jit for new shapes)"
+            )
         bufs: list[Buffer] = []
         for t in tensors:
             b = as_buffer(t.uop)

@@ -146,8 +146,11 @@ class Tensor:
         if end is None:
             start, end = 0, start
         n = max(0, math.ceil((end - start) / step))
-        dt = dtypes.from_any(dtype) if dtype is not None else (
-            dtypes.default_float if any(isinstance(v, float) for v in (start, end, step)) else dtypes.default_int)
+        dt = (
+            dtypes.from_any(dtype)
+            if dtype is not None
+            else (dtypes.default_float if any(isinstance(v, float) for v in (start, end, step)) else dtypes.default_int)
+        )
         dev = resolve_device(device or "auto")[0]
         iota = Tensor._from(UOp(Ops.IOTA, dtypes.int64, (), n), dev)
         return (iota.cast(dt) * step + start).cast(dt) if (step, start) != (1, 0) else iota.cast(dt)
@@ -744,11 +747,11 @@ class Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = _norm_dim(start_dim, self.ndim, "flatten"), _norm_dim(end_dim, self.ndim, "flatten")
-        return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+        return self.reshape(self.shape[:s] + (math.prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         d = _norm_dim(dim, self.ndim, "unflatten")
-        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
     def repeat(self, *sizes: Any) -> Tensor:
         sizes = _shape_arg(sizes)
@@ -802,8 +805,11 @@ class Tensor:
 
     def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
-        acc = dtypes.from_any(dtype) if dtype is not None else (
-            dtypes.int64 if self.dtype.kind in "bi" or self.dtype.is_unsigned else self.dtype)
+        acc = (
+            dtypes.from_any(dtype)
+            if dtype is not None
+            else (dtypes.int64 if self.dtype.kind in "bi" or self.dtype.is_unsigned else self.dtype)
+        )
         inner = dtypes.float32 if acc in (dtypes.float16, dtypes.bfloat16) else acc  # f32 accumulation
         return self.cast(inner)._reduce(Ops.ADD, axis, keepdim, "sum").cast(acc)
 
@@ -899,7 +905,7 @@ class Tensor:
         n = self.shape[d]
         x = self.transpose(d, -1)  # (..., n)
         j = Tensor.arange(n, device=self.device)
-        lower = (j.reshape(1, n) <= j.reshape(n, 1))  # [i, j]: j <= i
+        lower = j.reshape(1, n) <= j.reshape(n, 1)  # [i, j]: j <= i
         acc = dtypes.int64 if not self.dtype.is_float else self.dtype
         prod = x.cast(acc).unsqueeze(-2) * lower.cast(acc)  # (..., n_i, n_j)
         return prod.sum(-1).transpose(d, -1)
@@ -948,7 +954,6 @@ class Tensor:
         keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
         return where(keep, self, 0)
-
 
 
 def _move(x: Tensor, src: int, dst: int) -> Tensor:
@@ -1060,7 +1065,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         raise IndexError(f"too many indices ({n_real}) for a tensor of shape {x.shape}")
     if Ellipsis in index:
         at = index.index(Ellipsis)
-        index = index[:at] + (slice(None),) * (x.ndim - n_real) + index[at + 1:]
+        index = index[:at] + (slice(None),) * (x.ndim - n_real) + index[at + 1 :]
     else:
         index = index + (slice(None),) * (x.ndim - n_real)
     shrink, flips, steps, final_shape = [], [], [], []
@@ -1127,7 +1132,7 @@ def _advanced_index(x: Tensor, index: tuple) -> Tensor:
         raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() instead")
     n = x.shape[0]
     idx = where(idx < 0, idx + n, idx)
-    onehot = (idx.unsqueeze(-1) == Tensor.arange(n, device=x.device))  # (*idx, n)
+    onehot = idx.unsqueeze(-1) == Tensor.arange(n, device=x.device)  # (*idx, n)
     flat = x.reshape(n, -1)
     sel = onehot.cast(flat.dtype if flat.dtype.is_float else dtypes.int64).reshape(-1, n)
     picked = sel.matmul(flat if flat.dtype.is_float else flat.cast(dtypes.int64))

@@ -228,7 +228,7 @@ def layer_norm(input: Tensor, normalized_shape: int | Sequence[int], weight: Ten
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:  # fmt: skip
     """Normalize over the trailing normalized_shape dims (biased variance), then scale and shift."""
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(v) for v in normalized_shape)
-    if len(ns) > input.ndim or tuple(input.shape[input.ndim - len(ns):]) != ns:
+    if len(ns) > input.ndim or tuple(input.shape[input.ndim - len(ns) :]) != ns:
         raise ValueError(f"layer_norm: normalized_shape {ns} does not match the trailing dims of input shape "
                          f"{input.shape}")  # fmt: skip
     axes = tuple(range(input.ndim - len(ns), input.ndim))
@@ -314,7 +314,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
             return loss
         return loss.sum() if reduction == "sum" else loss.sum() / (input.numel() // c if c else 0)
 
-    expected = input.shape[:cdim] + input.shape[cdim + 1:]
+    expected = input.shape[:cdim] + input.shape[cdim + 1 :]
     if target.shape != expected:
         raise ValueError(f"cross_entropy: class-index target shape {target.shape} must be {expected} for input shape "
                          f"{input.shape}")  # fmt: skip
@@ -482,4 +482,3 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
             raise ValueError(f"pad: circular padding ({before}, {after}) must be at most dim {d} of size {n}")
         parts = [_slice_dim(x, d, n - before, n), x, _slice_dim(x, d, 0, after)]
     return cat([p for p in parts if p.shape[d] > 0], d)
-
