@@ -3,7 +3,7 @@
 Each RANGE of the kernel is one axis of a rank-m array space; every value is an array that
 has the full extent on the axes it depends on and size 1 elsewhere, so numpy broadcasting
 does the loops. Loads whose index is affine in the ranges become zero-copy strided views;
-a sum of a product becomes ``np.einsum`` (BLAS via tensordot), so a matmul never
+a sum of a product becomes one batched ``np.matmul`` (BLAS), so a matmul never
 materializes its M x N x K space; anything else falls back to index arrays.
 """
 
@@ -90,8 +90,8 @@ class Renderer:
             self.visit(n)
         return "\n".join(head + ["    " + ln for ln in self.lines]) + "\n"
 
-    def einsum_factors(self, u: UOp) -> tuple[UOp, UOp] | None:
-        """The two factors of a sum of a product over some of its axes (rendered as einsum)."""
+    def contraction_factors(self, u: UOp) -> tuple[UOp, UOp] | None:
+        """The two factors of a sum of a product over some of its axes (rendered as one matmul)."""
         if u.op is not Ops.REDUCE or u.arg is not Ops.ADD:
             return None
         value = u.src[0]
@@ -121,7 +121,7 @@ class Renderer:
         return self.deps[u]
 
     def needed(self, nodes: list[UOp]) -> list[UOp]:
-        """Nodes in order, minus those only an einsum's product used (never materialize M x N x K)."""
+        """Nodes in order, minus those only a contraction's product used (never materialize M x N x K)."""
         self.static_deps(self.ast)
         keep: set[UOp] = set()
         stack = [self.ast]
@@ -130,7 +130,7 @@ class Renderer:
             if n in keep:
                 continue
             keep.add(n)
-            factors = self.einsum_factors(n)
+            factors = self.contraction_factors(n)
             if factors is not None:
                 stack.extend(factors)  # the ranges of a REDUCE only name its axes
             elif n.op is Ops.REDUCE:
@@ -165,7 +165,7 @@ class Renderer:
         hi = offset + sum(max(0, c * (self.ends[a] - 1)) for a, c in coeffs.items())
         if all(self.ends):  # an empty range touches nothing
             self.lines.append(f"assert 0 <= {lo} and {hi} < {buf}.size, 'index out of bounds in {self.name}'")
-        return f"as_strided({buf}[{offset}:], {shape}, {strides})", axes
+        return f"_view({buf}, {offset}, {shape}, {strides})", axes
 
     def index_array(self, u: UOp) -> str:
         return f"np.broadcast_to({self.ref(u)}, {self.shape_for(self.deps[u])})"
@@ -251,16 +251,17 @@ class Renderer:
         out_deps = self.deps[value] - axes
         missing = [self.ends[a] for a in sorted(axes - self.deps[value])]  # summed but constant along
         out_shape = self.shape_for(out_deps)
-        factors = self.einsum_factors(u)
+        factors = self.contraction_factors(u)
         if factors is not None:
             a, b = factors
             letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
             sub = lambda d: "".join(letters[i] for i in sorted(d))  # noqa: E731
             da, db = self.deps[a], self.deps[b]
-            expr = (f"np.einsum('{sub(da)},{sub(db)}->{sub(out_deps)}', "
-                    f"np.reshape({self.ref(a)}, {tuple(self.ends[i] for i in sorted(da))}), "
-                    f"np.reshape({self.ref(b)}, {tuple(self.ends[i] for i in sorted(db))}), optimize=True)"
-                    f".reshape({out_shape})")  # fmt: skip
+            expr = (
+                f"_contract(np.reshape({self.ref(a)}, {tuple(self.ends[i] for i in sorted(da))}), '{sub(da)}', "
+                f"np.reshape({self.ref(b)}, {tuple(self.ends[i] for i in sorted(db))}), '{sub(db)}', "
+                f"'{sub(out_deps)}').reshape({out_shape})"
+            )
         else:
             fn = "np.add.reduce" if u.arg is Ops.ADD else "np.maximum.reduce"
             present = tuple(sorted(axes & self.deps[value]))

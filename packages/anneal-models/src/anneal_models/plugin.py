@@ -9,5 +9,12 @@ from anneal.registry import hookimpl
 
 @hookimpl
 def register_models(register: Callable[..., None]) -> None:
-    # The zoo (mlp, conv, nanogpt, ...) registers here as each model lands; see PRODUCT.md.
-    del register
+    from anneal_models import mlp
+
+    register(
+        "mlp",
+        build=mlp.build,
+        summary="small MLP regression on a synthetic 2-D function",
+        defaults=mlp.DEFAULTS,
+        presets=mlp.PRESETS,
+    )

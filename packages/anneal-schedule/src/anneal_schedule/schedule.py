@@ -34,7 +34,11 @@ class Kernel:
     name: str
     ast: UOp  # SINK(STORE(DEFINE_GLOBAL 0, index, value))
     slots: tuple[int, ...]  # schedule slot of each DEFINE_GLOBAL, in argument order
-    fused_ops: int  # tensor-level nodes computed inside this kernel
+    nodes: frozenset[UOp]  # the tensor-level nodes computed inside this kernel (of the normalized graph)
+
+    @property
+    def fused_ops(self) -> int:
+        return sum(1 for n in self.nodes if n.op not in (Ops.CONST, Ops.DEFINE_VAR))
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,7 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     def emit(builder: KernelBuilder) -> None:
         assert builder.ast is not None
         ast, slots = drop_unused_arguments(simplify_kernel(builder.ast), builder.slots)
-        kernels.append(Kernel(f"k{len(kernels)}", ast, slots, len(builder.fused)))
+        kernels.append(Kernel(f"k{len(kernels)}", ast, slots, frozenset(builder.fused)))
 
     def realize(root: UOp) -> int:
         """Schedule the kernel computing root (and first whatever it needs); returns its slot."""
