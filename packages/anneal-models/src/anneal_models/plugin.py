@@ -9,12 +9,10 @@ from anneal.registry import hookimpl
 
 @hookimpl
 def register_models(register: Callable[..., None]) -> None:
-    from anneal_models import mlp
+    from anneal_models import conv, mlp
 
-    register(
-        "mlp",
-        build=mlp.build,
-        summary="small MLP regression on a synthetic 2-D function",
-        defaults=mlp.DEFAULTS,
-        presets=mlp.PRESETS,
-    )
+    for name, module, summary in (
+        ("mlp", mlp, "small MLP regression on a synthetic 2-D function"),
+        ("conv", conv, "small ConvNet (im2col + one matmul) on synthetic oriented bars"),
+    ):
+        register(name, build=module.build, summary=summary, defaults=module.DEFAULTS, presets=module.PRESETS)
