@@ -77,6 +77,7 @@ def build_cli() -> AnnealGroup:
     """A fresh group with the built-in commands (tests build one per test)."""
     from anneal_cli.doctor import doctor
     from anneal_cli.info import devices, plugins
+    from anneal_cli.inspect_cmds import explain, graph, kernels
     from anneal_cli.train import train
 
     @click.group(cls=AnnealGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,7 +92,7 @@ def build_cli() -> AnnealGroup:
     def cli() -> None:
         """anneal: a tensor compiler that trains neural networks, on any GPU or the CPU."""
 
-    for command in (doctor, devices, plugins, train):
+    for command in (doctor, devices, plugins, train, graph, kernels, explain):
         cli.add_command(command)
     assert isinstance(cli, AnnealGroup)
     return cli

@@ -55,7 +55,7 @@ class ConvTrainer(SupervisedTrainer):
         rng = np.random.default_rng(config["seed"])
         self.x, self.y = make_images(config["samples"], config["noise"], rng)
         net = ConvNet(config["channels"])
-        params = net.parameters()
+        params = list(net.parameters())
         batch_size = config["batch"]
 
         def batch(i: int) -> tuple[np.ndarray, np.ndarray]:

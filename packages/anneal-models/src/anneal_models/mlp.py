@@ -42,7 +42,7 @@ class MLPTrainer(SupervisedTrainer):
         self.x = rng.uniform(-1, 1, (config["samples"], 2)).astype(np.float32)
         self.y = target(self.x)
         net = MLP(config["hidden"])
-        params = net.parameters()
+        params = list(net.parameters())
         batch_size = config["batch"]
 
         def batch(i: int) -> tuple[np.ndarray, np.ndarray]:

@@ -190,7 +190,7 @@ class KernelBuilder:
         return self.memo[key]
 
     def _lower(self, u: UOp, idx: Index, valid: UOp | None, bc: bool, is_root: bool) -> UOp:
-        if not is_root:
+        if not is_root or u.op is Ops.BUFFER:  # a buffer is always read, even as the whole value
             slot = self.materialized(u)
             if slot is None and self.must_realize(u, bc):
                 raise NeedsRealize(u)

@@ -134,6 +134,7 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     buffers: list[tuple[int, DType]] = []
     kernels: list[Kernel] = []
     assigned: set[int] = set()  # input slots already overwritten by an ASSIGN kernel
+    pending: set[UOp] = set()  # assigns being realized (to catch cycles)
     for node in sink.toposort():
         if node.op is Ops.BUFFER:
             slot_of[node] = node.arg.index
@@ -181,9 +182,18 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         slot_of[root] = out_slot
         return out_slot
 
+    assigns = [n for n in sink.toposort() if n.op is Ops.ASSIGN]
+
     def realize_assign(root: UOp) -> int:
         """Write the value into the target's own buffer (in place, as optimizers need)."""
         out_slot = slot_of[_assign_target(root)]
+        pending.add(root)
+        for other in assigns:  # whoever still needs the old contents goes first
+            if other is not root and other not in slot_of and out_slot in _old_value_reads(other, slot_of):
+                if other in pending:
+                    raise ScheduleError("two assigns each read what the other overwrites; realize one of them first")
+                realize_assign(other)
+        pending.discard(root)
         value = root.src[1]
         builder = build(value, lambda: out_slot)
         if _reads_elsewhere(builder.ast, out_slot):  # it would read what it already overwrote: stage it
@@ -205,6 +215,25 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     outputs = [slots[i] for i in range(len(sink.src))]
     return Schedule(tuple(kernels), n_inputs, tuple(buffers), tuple(outputs),
                     plan_memory(kernels, n_inputs, buffers, set(outputs)))  # fmt: skip
+
+
+def _old_value_reads(assign: UOp, slot_of: dict[UOp, int]) -> set[int]:
+    """The input slots whose current (old) contents this assign's value still has to read.
+
+    The walk stops at what is already computed (its buffer is read instead) and at other
+    assigns (reading one sees its new value)."""
+    reads: set[int] = set()
+    stack, seen = [assign.src[1]], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op is Ops.BUFFER:
+            reads.add(n.arg.index)
+        elif n.op is not Ops.ASSIGN and n not in slot_of:
+            stack.extend(n.src)
+    return reads
 
 
 def _heaviest_input(root: UOp, builder: KernelBuilder, slot_of: dict[UOp, int], max_buffers: int) -> UOp:

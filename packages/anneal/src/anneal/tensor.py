@@ -283,7 +283,9 @@ class Tensor:
             if x.shape != self.shape:
                 raise ValueError(f"assign: value of shape {value.shape} does not fit a tensor of shape {self.shape}")
         x = x.cast(self.dtype)
-        if as_buffer(self.uop) is None:  # nothing realized to write into: just take the new value
+        if self.uop.op is Ops.ASSIGN:  # a second write before realizing: into the same buffer, after the first
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
+        elif as_buffer(self.uop) is None:  # nothing realized to write into: just take the new value
             self.uop = x.uop
         else:
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))

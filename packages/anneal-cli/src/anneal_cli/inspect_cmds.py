@@ -1,0 +1,85 @@
+"""`anneal graph`, `anneal kernels` and `anneal explain`: the compiler's own data, printed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from anneal.registry import AUTO, get_backend, resolve_device
+from anneal_cli.train import PRESETS, check_device, find_model, make_config
+
+
+def _step_graph(model: str, preset: str | None, device: str, backward: bool) -> tuple[Any, str]:
+    entry = find_model(model)
+    check_device(device)
+    resolved, _ = resolve_device(device)
+    resolved, _ = get_backend(resolved)
+    trainer = entry.build(make_config(entry, preset, {}), resolved)
+    graph = getattr(trainer, "graph", None)
+    if not callable(graph):
+        raise click.UsageError(f"model {model!r} does not expose its step graph (its trainer has no graph())")
+    return graph(backward), resolved
+
+
+@click.command()
+@click.argument("model")
+@click.option("--backward", is_flag=True, help="Include the gradients (backward nodes are marked).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of nodes.")
+@click.option("--preset", type=click.Choice(PRESETS), help="Model size [default: the model's default].")
+@click.option("--device", default=AUTO, show_default=True, help="Where the model's tensors live.")
+def graph(model: str, backward: bool, as_json: bool, preset: str | None, device: str) -> None:
+    """The UOp DAG of one step of MODEL: one line per node."""
+    from anneal.introspect import graph_rows
+
+    step, _ = _step_graph(model, preset, device, backward)
+    rows = graph_rows(step.forward, step.backward)
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in rows]))
+        return
+    for r in rows:
+        shape = "" if r.shape is None else str(r.shape)
+        srcs = " ".join(f"%{s}" for s in r.sources)
+        mark = "  [backward]" if r.phase == "backward" else ""
+        click.echo(f"%{r.id:<5} {r.op:<12} {r.dtype:<8} {shape:<18} {srcs:<16} {r.arg}{mark}".rstrip())
+    n_bwd = sum(r.phase == "backward" for r in rows)
+    click.echo(f"{len(rows)} nodes ({len(rows) - n_bwd} forward, {n_bwd} backward)")
+
+
+@click.command()
+@click.argument("model")
+@click.option("--backward", is_flag=True, help="Include the gradients; kernels fused across the seam are marked.")
+@click.option("--device", default=AUTO, show_default=True, help="The backend whose source is shown (cpu: numpy).")
+@click.option("--preset", type=click.Choice(PRESETS), help="Model size [default: the model's default].")
+@click.option("--no-source", is_flag=True, help="Only the one-line summaries.")
+def kernels(model: str, backward: bool, device: str, preset: str | None, no_source: bool) -> None:
+    """Each scheduled kernel of one step of MODEL, with its generated source."""
+    from anneal.introspect import kernel_rows
+
+    step, resolved = _step_graph(model, preset, device, backward)
+    rows = kernel_rows(step.forward, step.backward, resolved)
+    for r in rows:
+        click.echo(f"{r.name}  [{r.phase}]  {r.fused_ops} ops  out: {r.output}  in: {', '.join(r.inputs) or '-'}")
+        if not no_source:
+            click.echo(r.source)
+    seam = sum(r.phase == "forward+backward" for r in rows)
+    click.echo(f"{len(rows)} kernels on {resolved}; {seam} fused across the forward/backward seam")
+
+
+@click.command()
+@click.argument("op")
+def explain(op: str) -> None:
+    """The rewrite, gradient and tangent rules for OP, printed from the real rule tables."""
+    from anneal.introspect import explain as explain_op
+
+    try:
+        found = explain_op(op)
+    except KeyError as exc:
+        raise click.UsageError(str(exc.args[0])) from None
+    for table, rules in found.tables.items():
+        click.echo(f"== {table}: {len(rules)} rule(s) for {found.op}")
+        for text in rules:
+            click.echo(text)
+            click.echo("")

@@ -1,0 +1,129 @@
+"""What `anneal graph`, `anneal kernels` and `anneal explain` show: the real compiler's data.
+
+Nodes are numbered in the order the scheduler sees them (sources first). A node belongs to
+the forward pass if a forward output depends on it, otherwise to the backward pass; a
+kernel that computes nodes of both fused across the forward/backward seam.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from anneal.realize import runner
+from anneal.tensor import Tensor
+from anneal_ir import Ops, PatternMatcher, UOp
+from anneal_schedule.schedule import normalize
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    id: int
+    op: str
+    dtype: str
+    shape: tuple[int, ...] | None
+    sources: tuple[int, ...]
+    arg: str
+    phase: str  # "forward" or "backward"
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    phase: str  # "forward", "backward" or "forward+backward" (fused across the seam)
+    fused_ops: int
+    output: str
+    inputs: tuple[str, ...]
+    source: str
+
+
+def _short(arg: Any) -> str:
+    if arg is None:
+        return ""
+    if isinstance(arg, Ops):
+        return arg.name
+    if isinstance(arg, tuple):
+        return "(" + ", ".join(_short(a) for a in arg) + ("," if len(arg) == 1 else "") + ")"
+    if hasattr(arg, "content_key"):
+        return arg.content_key()
+    return repr(arg)
+
+
+def _forward_set(sink: UOp, n_forward: int) -> set[UOp]:
+    return set(UOp(Ops.SINK, src=sink.src[:n_forward]).toposort()) if n_forward else set()
+
+
+def graph_rows(forward: list[Tensor], backward: list[Tensor]) -> list[NodeRow]:
+    sink, _ = normalize([t.uop for t in forward + backward])
+    fwd = _forward_set(sink, len(forward))
+    nodes = [n for n in sink.toposort() if n is not sink]
+    ids = {n: i for i, n in enumerate(nodes)}
+    return [
+        NodeRow(ids[n], n.op.name, n.dtype.name, n.shape, tuple(ids[s] for s in n.src), _short(n.arg),
+                "forward" if n in fwd else "backward")  # fmt: skip
+        for n in nodes
+    ]
+
+
+def kernel_rows(forward: list[Tensor], backward: list[Tensor], device: str) -> list[KernelRow]:
+    outputs = [t.uop for t in forward + backward]
+    run = runner(device)
+    sched, _ = run.scheduler.schedule(outputs)
+    sink, inputs = normalize(outputs)
+    fwd = _forward_set(sink, len(forward))
+    writer = {k.slots[0]: k.name for k in sched.kernels}
+
+    def describe(slot: int) -> str:
+        if slot < sched.n_inputs:
+            buf = inputs[slot]
+            return f"input{slot} {buf.dtype.name}[{buf.size}]"
+        size, dtype = sched.buffers[slot - sched.n_inputs]
+        return f"{writer.get(slot, '?')} {dtype.name}[{size}]"
+
+    rows = []
+    for k in sched.kernels:
+        computed = [n for n in k.nodes if n.op not in (Ops.CONST, Ops.BUFFER)]
+        phases = {"forward" if n in fwd else "backward" for n in computed} or {"forward"}
+        phase = "forward+backward" if len(phases) == 2 else phases.pop()
+        source = run.program(k.name, k.ast).source
+        rows.append(KernelRow(k.name, phase, k.fused_ops, describe(k.slots[0]),
+                              tuple(describe(s) for s in k.slots[1:]), source))  # fmt: skip
+    return rows
+
+
+@dataclass
+class Explanation:
+    op: str
+    tables: dict[str, list[str]] = field(default_factory=dict)  # table name -> rule sources
+
+
+def _rules_for(matcher: PatternMatcher, op: Ops) -> list[str]:
+    out = []
+    for rule in matcher.rules:
+        if rule.pattern.ops is not None and op not in rule.pattern.ops:
+            continue
+        try:
+            body = inspect.getsource(rule.fn).rstrip()
+        except (OSError, TypeError):
+            body = repr(rule.fn)
+        out.append(f"# pattern: {rule.pattern!r}\n{body}")
+    return out
+
+
+def known_ops() -> list[str]:
+    return sorted(op.name.lower() for op in Ops)
+
+
+def explain(op_name: str) -> Explanation:
+    """The symbolic rules, VJP rule and JVP rule that fire for one op, from the real tables."""
+    from anneal_autodiff import jvp_rules, vjp_rules
+    from anneal_ir.symbolic import symbolic
+
+    try:
+        op = Ops[op_name.upper()]
+    except KeyError:
+        raise KeyError(f"unknown op {op_name!r}; known ops: {', '.join(known_ops())}") from None
+    tables = {"symbolic (index simplification)": symbolic, "vjp (reverse mode)": vjp_rules,
+              "jvp (forward mode)": jvp_rules}  # fmt: skip
+    return Explanation(op.name, {name: _rules_for(m, op) for name, m in tables.items()})
