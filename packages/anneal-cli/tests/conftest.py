@@ -74,3 +74,10 @@ def cli() -> AnnealGroup:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+@pytest.fixture(scope="session")
+def adapter() -> object:
+    from anneal_wgpu.testing import require_adapter
+
+    return require_adapter()

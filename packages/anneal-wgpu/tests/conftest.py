@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from anneal_ir.settings import Settings
 from anneal_wgpu import adapters
+from anneal_wgpu.testing import require_adapter
 
 
 @pytest.fixture(scope="session")
 def adapter() -> adapters.AdapterInfo:
-    found = adapters.describe()
-    if found.chosen is None:
-        if Settings.from_env().expect_adapter:
-            pytest.fail(f"ANNEAL_EXPECT_ADAPTER is set, but there is no WebGPU adapter: {found.problem}")
-        pytest.skip(f"no WebGPU adapter: {found.problem}")
-    return found.chosen
+    return require_adapter()

@@ -54,7 +54,7 @@ class ConvTrainer(SupervisedTrainer):
         manual_seed(config["seed"])
         rng = np.random.default_rng(config["seed"])
         self.x, self.y = make_images(config["samples"], config["noise"], rng)
-        net = ConvNet(config["channels"])
+        net = ConvNet(config["channels"]).to(device)
         params = list(net.parameters())
         batch_size = config["batch"]
 

@@ -41,7 +41,7 @@ class MLPTrainer(SupervisedTrainer):
         rng = np.random.default_rng(config["seed"])
         self.x = rng.uniform(-1, 1, (config["samples"], 2)).astype(np.float32)
         self.y = target(self.x)
-        net = MLP(config["hidden"])
+        net = MLP(config["hidden"]).to(device)
         params = list(net.parameters())
         batch_size = config["batch"]
 

@@ -9,7 +9,8 @@ the kernel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,12 +27,16 @@ class WebGPUError(RuntimeError):
     """A failure inside wgpu (validation, out of memory, device lost), with the kernel named."""
 
 
+_buffer_ids = itertools.count()
+
+
 @dataclass
 class GPUBuffer:
     buffer: Any
     size: int
     dtype: DType
     storage: str  # the WGSL element type it is stored as
+    uid: int = field(default_factory=lambda: next(_buffer_ids))  # never reused, unlike id()
 
 
 @dataclass
@@ -134,15 +139,15 @@ class WebGPUBackend:
         return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0))
 
     def _bind_group(self, prog: WebGPUProgram, buffers: list[GPUBuffer]) -> Any:
-        key = (id(prog), *(id(b.buffer) for b in buffers))
+        key = (id(prog), *(b.uid for b in buffers))  # programs live as long as the backend; buffers do not
         bg = self.bind_groups.get(key)
         if bg is None:
             entries = [{"binding": arg, "resource": {"buffer": buffers[arg].buffer, "offset": 0,
                                                      "size": buffers[arg].buffer.size}}
                        for arg, _, _ in prog.kernel.bindings]  # fmt: skip
             bg = self.device.create_bind_group(layout=prog.layout, entries=entries)
-            if len(self.bind_groups) > 4096:  # buffers come and go: keep the cache bounded
-                self.bind_groups.clear()
+            if len(self.bind_groups) > 512:  # a bind group keeps its buffers alive: bound the cache
+                self.bind_groups.pop(next(iter(self.bind_groups)))
             self.bind_groups[key] = bg
         return bg
 

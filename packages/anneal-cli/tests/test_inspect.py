@@ -1,0 +1,52 @@
+"""`anneal graph`, `anneal kernels` and `anneal explain` on the built-in models and rule tables."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from anneal_autodiff import vjp_rules
+from anneal_cli.main import AnnealGroup
+
+
+def test_graph_marks_backward_nodes(cli: AnnealGroup, runner: CliRunner) -> None:
+    forward = runner.invoke(cli, ["graph", "mlp", "--preset", "tiny", "--device", "cpu", "--json"])
+    assert forward.exit_code == 0, forward.output
+    nodes = json.loads(forward.stdout)
+    assert nodes and all(n["phase"] == "forward" for n in nodes)
+    both = runner.invoke(cli, ["graph", "mlp", "--preset", "tiny", "--device", "cpu", "--json", "--backward"])
+    rows = json.loads(both.stdout)
+    assert any(n["phase"] == "backward" for n in rows) and len(rows) > len(nodes)
+    assert all(s < n["id"] for n in rows for s in n["sources"])  # sources come first
+    plain = runner.invoke(cli, ["graph", "mlp", "--preset", "tiny", "--device", "cpu", "--backward"])
+    assert "[backward]" in plain.output and plain.output.strip().endswith("backward)")
+
+
+def test_kernels_show_source_and_the_seam(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["kernels", "mlp", "--preset", "tiny", "--device", "cpu", "--backward"])
+    assert result.exit_code == 0, result.output
+    assert "def k0(" in result.output  # the rendered numpy source
+    last = result.output.strip().splitlines()[-1]
+    fused = int(last.split(";")[1].split()[0])
+    assert fused > 0 and "[forward+backward]" in result.output
+
+
+def test_kernels_on_webgpu_show_wgsl(cli: AnnealGroup, runner: CliRunner, adapter: object) -> None:
+    result = runner.invoke(cli, ["kernels", "mlp", "--preset", "tiny", "--device", "webgpu"])
+    assert result.exit_code == 0, result.output
+    assert "@compute @workgroup_size" in result.output
+
+
+def test_explain_prints_the_real_rules(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["explain", "mul"])
+    assert result.exit_code == 0, result.output
+    assert "def mul_vjp" in result.output and "def mul_jvp" in result.output
+    rule = next(r for r in vjp_rules.rules if r.pattern.ops and "MUL" in {o.name for o in r.pattern.ops})
+    assert rule.fn.__name__ in result.output
+
+
+def test_explain_unknown_op_is_a_usage_error(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["explain", "frobnicate"])
+    assert result.exit_code == 2
+    assert "known ops" in result.output and "exp2" in result.output
