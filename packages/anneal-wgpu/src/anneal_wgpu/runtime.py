@@ -8,8 +8,8 @@ the kernel.
 
 from __future__ import annotations
 
-import math
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -60,8 +60,15 @@ def graph_rows(forward: list[Tensor], backward: list[Tensor]) -> list[NodeRow]:
     nodes = [n for n in sink.toposort() if n is not sink]
     ids = {n: i for i, n in enumerate(nodes)}
     return [
-        NodeRow(ids[n], n.op.name, n.dtype.name, n.shape, tuple(ids[s] for s in n.src), _short(n.arg),
-                "forward" if n in fwd else "backward")  # fmt: skip
+        NodeRow(
+            ids[n],
+            n.op.name,
+            n.dtype.name,
+            n.shape,
+            tuple(ids[s] for s in n.src),
+            _short(n.arg),
+            "forward" if n in fwd else "backward",
+        )  # fmt: skip
         for n in nodes
     ]
 
