@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 from anneal_ir import DType, Ops, UOp, dtypes
+from anneal_schedule.opt import KernelOpts
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
@@ -92,8 +93,9 @@ class Kernel:
     name: str
     source: str
     bindings: tuple[tuple[int, DType, bool], ...]  # (arg index, dtype, written)
-    total: int  # invocations needed (the product of the global ranges)
-    workgroup: int
+    groups: int  # workgroups to dispatch (the runtime folds them into 2-D past the per-dimension limit)
+    workgroup: int  # invocations per workgroup
+    strategy: str
 
 
 @dataclass
@@ -209,14 +211,7 @@ class WGSLRenderer:
     def reduce(self, u: UOp, b: Block) -> str:
         acc = self.fresh("acc")
         t = self.ctype(u)
-        if u.arg is Ops.ADD:
-            identity = literal(0, u.dtype, self.f16)
-        elif u.dtype.is_float:
-            identity = literal(-math.inf, u.dtype, self.f16)
-        elif u.dtype == dtypes.bool:
-            identity = "false"
-        else:
-            identity = "i32(-2147483647 - 1)" if t == "i32" else "0u"
+        identity = self.identity(u)
         b.lines.append(f"var {acc}: {t} = {identity};")
         inner, opened = b, []
         for r in u.src[1:]:
@@ -236,14 +231,48 @@ class WGSLRenderer:
             blk.parent.lines.append("}")
         return acc
 
-    def render(self) -> Kernel:
+    # ---- rendering an expression with some ranges bound to given WGSL expressions ----
+    def inline(self, u: UOp, bound: dict[UOp, str]) -> tuple[list[str], str]:
+        """Lines computing u, and its name, where each RANGE (or REDUCE) in bound is that expression."""
+        sub = WGSLRenderer(self.name, self.ast, self.f16, self.workgroup)
+        sub.ranges_of, sub.counter = self.ranges_of, self.counter
+        everything = frozenset(n for n in self.ranges_of if n.op is Ops.RANGE)
+        block = Block(everything, None)
+        for node, expr in bound.items():
+            sub.names[node] = (expr, block)
+        value = sub.ref(u, block)
+        self.counter = sub.counter
+        return block.lines, value
+
+    def store_value(self, store: UOp, bound: dict[UOp, str]) -> list[str]:
+        """The epilogue: the stored value and index with bound ranges, and the store itself."""
+        lines, value = self.inline(store.src[2], bound)
+        idx_lines, index = self.inline(store.src[1], bound)
+        out = store.src[0]
+        if out.dtype == dtypes.bool:
+            value = f"select(0u, 1u, {value})"
+        return [*lines, *idx_lines, f"b{out.arg}[{index}] = {value};"]
+
+    @staticmethod
+    def split(flat: str, ranges: list[UOp], names: list[str]) -> list[str]:
+        """let-lines recovering each range's value from a flat index (last range fastest)."""
+        lines, stride = [], 1
+        for r in ranges:
+            stride *= int(r.src[0].arg)
+        for r, name in zip(ranges, names):
+            end = int(r.src[0].arg)
+            stride //= end
+            quotient = f"({flat} / {stride})" if stride > 1 else flat
+            lines.append(f"let {name}: i32 = {quotient} % {end};")
+        return lines
+
+    def render(self, opts: KernelOpts | None = None) -> Kernel:
         self.analyse()
         nodes = self.ast.toposort()
         store = self.ast.src[0]
         assert store.op is Ops.STORE, "a kernel is SINK(STORE)"
         globs = sorted({n.arg: n for n in nodes if n.op is Ops.DEFINE_GLOBAL}.items())
         global_ranges = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda r: r.arg[0])
-        root = Block(frozenset(global_ranges), None)
         total = 1
         for r in global_ranges:
             total *= int(r.src[0].arg)
@@ -251,14 +280,40 @@ class WGSLRenderer:
             raise RenderError(f"kernel {self.name}: {total} output elements do not fit in i32 indexing")
         if total == 0:  # an empty output: nothing to compute, and the runtime dispatches nothing
             source = f"// {self.name}: empty output\n@compute @workgroup_size(1)\nfn main() {{}}\n"
-            return Kernel(self.name, source, (), 0, self.workgroup)
-        stride = total
-        for r in global_ranges:
-            end = int(r.src[0].arg)
-            stride //= end
-            name = self.fresh("g")
-            root.lines.append(f"let {name}: i32 = (t / {stride}) % {end};" if stride > 1 else
-                              f"let {name}: i32 = t % {end};")  # fmt: skip
+            return Kernel(self.name, source, (), 0, 1, "flat")
+        opts = opts or KernelOpts("flat", self.workgroup)
+        self.workgroup = opts.local
+        if opts.strategy == "tile" and opts.contraction is not None:
+            body, groups = self.render_tile(store, global_ranges, opts)
+        elif opts.strategy == "group":
+            body, groups = self.render_group(store, global_ranges, total)
+        else:
+            body, groups = self.render_flat(store, global_ranges, total)
+        header = ["enable f16;"] if self.f16 and any(n.dtype == dtypes.float16 for n in nodes) else []
+        bindings = []
+        for arg, g in globs:
+            written = arg == store.src[0].arg
+            access = "read_write" if written else "read"
+            header.append(f"@group(0) @binding({arg}) var<storage, {access}> b{arg}: "
+                          f"array<{storage_type(g.dtype, self.f16)}>;")  # fmt: skip
+            bindings.append((arg, g.dtype, written))
+        source = "\n".join([f"// {self.name} ({opts.strategy})", *header, *body]) + "\n"
+        return Kernel(self.name, source, tuple(bindings), groups, self.workgroup, opts.strategy)
+
+    def entry(self) -> list[str]:
+        return [
+            f"@compute @workgroup_size({self.workgroup})",
+            "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid_u: u32,",
+            "        @builtin(num_workgroups) nwg: vec3<u32>) {",
+            "  let w: i32 = i32(wid.x + wid.y * nwg.x);  // workgroups fold into 2-D past the dispatch limit",
+            "  let lid: i32 = i32(lid_u);",
+        ]
+
+    def render_flat(self, store: UOp, global_ranges: list[UOp], total: int) -> tuple[list[str], int]:
+        root = Block(frozenset(global_ranges), None)
+        names = [self.fresh("g") for _ in global_ranges]
+        root.lines.extend(self.split("t", global_ranges, names))
+        for r, name in zip(global_ranges, names):
             self.names[r] = (name, root)
         value = self.ref(store.src[2], root)
         index = self.ref(store.src[1], root)
@@ -266,30 +321,160 @@ class WGSLRenderer:
         if out.dtype == dtypes.bool:
             value = f"select(0u, 1u, {value})"
         root.lines.append(f"b{out.arg}[{index}] = {value};")
-        header = ["enable f16;"] if self.f16 and any(n.dtype == dtypes.float16 for n in nodes) else []
-        bindings = []
-        for arg, g in globs:
-            written = arg == out.arg
-            access = "read_write" if written else "read"
-            header.append(f"@group(0) @binding({arg}) var<storage, {access}> b{arg}: "
-                          f"array<{storage_type(g.dtype, self.f16)}>;")  # fmt: skip
-            bindings.append((arg, g.dtype, written))
         body = [
-            f"@compute @workgroup_size({self.workgroup})",
-            "fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {",
-            f"  let t: i32 = i32(gid.x + gid.y * nwg.x * {self.workgroup}u);",
+            *self.entry(),
+            f"  let t: i32 = w * {self.workgroup} + lid;",
             f"  if (t >= {total}) {{ return; }}",
             *("  " + ln for ln in root.lines),
             "}",
         ]
-        return Kernel(self.name, "\n".join([f"// {self.name}", *header, "", *body]) + "\n", tuple(bindings), total,
-                      self.workgroup)  # fmt: skip
+        return body, math.ceil(total / self.workgroup)
+
+    def render_group(self, store: UOp, global_ranges: list[UOp], total: int) -> tuple[list[str], int]:
+        """One workgroup per output: invocations stride over the reduction, then a tree in shared memory."""
+        (red,) = [n for n in self.ast.toposort() if n.op is Ops.REDUCE]
+        t = self.ctype(red)
+        wg = self.workgroup
+        rranges = list(red.src[1:])
+        size = 1
+        for r in rranges:
+            size *= int(r.src[0].arg)
+        gnames = [self.fresh("g") for _ in global_ranges]
+        rnames = [self.fresh("r") for _ in rranges]
+        bound = dict(zip(global_ranges, gnames)) | dict(zip(rranges, rnames))
+        value_lines, value = self.inline(red.src[0], bound)
+        identity = self.identity(red)
+        combine = (
+            (lambda x, y: f"{x} + {y}")
+            if red.arg is Ops.ADD
+            else ((lambda x, y: f"{x} | {y}") if red.dtype == dtypes.bool else (lambda x, y: f"max({x}, {y})"))
+        )
+        epilogue = self.store_value(store, dict(zip(global_ranges, gnames)) | {red: "partial[0]"})
+        body = [
+            f"var<workgroup> partial: array<{t}, {wg}>;",
+            *self.entry(),
+            f"  if (w >= {total}) {{ return; }}  // uniform: the whole workgroup leaves together",
+            *("  " + ln for ln in self.split("w", global_ranges, gnames)),
+            f"  var acc: {t} = {identity};",
+            f"  for (var f: i32 = lid; f < {size}; f += {wg}) {{",
+            *("    " + ln for ln in self.split("f", rranges, rnames)),
+            *("    " + ln for ln in value_lines),
+            f"    acc = {combine('acc', value)};",
+            "  }",
+            "  partial[lid] = acc;",
+            "  workgroupBarrier();",
+            f"  for (var s: i32 = {wg // 2}; s > 0; s = s >> 1u) {{",
+            f"    if (lid < s) {{ partial[lid] = {combine('partial[lid]', 'partial[lid + s]')}; }}",
+            "    workgroupBarrier();",
+            "  }",
+            "  if (lid == 0) {",
+            *("    " + ln for ln in epilogue),
+            "  }",
+            "}",
+        ]
+        return body, total
+
+    def render_tile(self, store: UOp, global_ranges: list[UOp], opts: KernelOpts) -> tuple[list[str], int]:
+        """Shared-memory tiled contraction with an RM x RN register tile per invocation."""
+        c = opts.contraction
+        assert c is not None
+        tm, tn, tk = opts.tile
+        rm, rn = opts.upcast
+        tx_count = tn // rn  # invocations along n
+        m_end, n_end, k_end = (int(r.src[0].arg) for r in (c.m, c.n, c.k))
+        tiles_m, tiles_n = math.ceil(m_end / tm), math.ceil(n_end / tn)
+        outer = [r for r in global_ranges if r is not c.m and r is not c.n]
+        outer_total = 1
+        for r in outer:
+            outer_total *= int(r.src[0].arg)
+        onames = [self.fresh("o") for _ in outer]
+        obound = dict(zip(outer, onames))
+        t = self.ctype(c.reduce)
+        a_lines, a_val = self.inline(c.a, obound | {c.m: "am", c.k: "ak"})
+        b_lines, b_val = self.inline(c.b, obound | {c.n: "bn", c.k: "bk"})
+        epilogue = self.store_value(store, obound | {c.m: "m", c.n: "n", c.reduce: "acc[i * RN + j]"})
+        zero = literal(0, c.reduce.dtype, self.f16)
+        loads_a, loads_b = math.ceil(tm * tk / self.workgroup), math.ceil(tn * tk / self.workgroup)
+        body = [
+            f"const TM: i32 = {tm}; const TN: i32 = {tn}; const TK: i32 = {tk}; const RM: i32 = {rm}; const RN: i32 = {rn};",
+            f"var<workgroup> As: array<{t}, {tm * tk}>;  // [TK][TM]",
+            f"var<workgroup> Bs: array<{t}, {tn * tk}>;  // [TK][TN]",
+            *self.entry(),
+            f"  if (w >= {outer_total * tiles_m * tiles_n}) {{ return; }}  // uniform: the whole workgroup leaves",
+            f"  let tile_n: i32 = w % {tiles_n};",
+            f"  let tile_m: i32 = (w / {tiles_n}) % {tiles_m};",
+            f"  let outer: i32 = w / {tiles_n * tiles_m};",
+            *("  " + ln for ln in self.split("outer", outer, onames)),
+            f"  let tx: i32 = lid % {tx_count};",
+            f"  let ty: i32 = lid / {tx_count};",
+            f"  var acc: array<{t}, {rm * rn}>;",
+            f"  for (var k0: i32 = 0; k0 < {k_end}; k0 += TK) {{",
+            f"    for (var e: i32 = 0; e < {loads_a}; e++) {{",
+            f"      let f: i32 = lid + e * {self.workgroup};",
+            "      if (f < TM * TK) {",
+            "        let am: i32 = tile_m * TM + f / TK;",
+            "        let ak: i32 = k0 + f % TK;",
+            f"        var av: {t} = {zero};",
+            f"        if (am < {m_end} && ak < {k_end}) {{",
+            *("          " + ln for ln in a_lines),
+            f"          av = {a_val};",
+            "        }",
+            "        As[(f % TK) * TM + f / TK] = av;",
+            "      }",
+            "    }",
+            f"    for (var e: i32 = 0; e < {loads_b}; e++) {{",
+            f"      let f: i32 = lid + e * {self.workgroup};",
+            "      if (f < TN * TK) {",
+            "        let bn: i32 = tile_n * TN + f % TN;",
+            "        let bk: i32 = k0 + f / TN;",
+            f"        var bv: {t} = {zero};",
+            f"        if (bn < {n_end} && bk < {k_end}) {{",
+            *("          " + ln for ln in b_lines),
+            f"          bv = {b_val};",
+            "        }",
+            "        Bs[f] = bv;",
+            "      }",
+            "    }",
+            "    workgroupBarrier();",
+            "    for (var kk: i32 = 0; kk < TK; kk++) {",
+            f"      var af: array<{t}, {rm}>;",
+            f"      var bf: array<{t}, {rn}>;",
+            "      for (var i: i32 = 0; i < RM; i++) { af[i] = As[kk * TM + ty * RM + i]; }",
+            "      for (var j: i32 = 0; j < RN; j++) { bf[j] = Bs[kk * TN + tx * RN + j]; }",
+            "      for (var i: i32 = 0; i < RM; i++) {",
+            "        for (var j: i32 = 0; j < RN; j++) { acc[i * RN + j] = acc[i * RN + j] + af[i] * bf[j]; }",
+            "      }",
+            "    }",
+            "    workgroupBarrier();",
+            "  }",
+            "  for (var i: i32 = 0; i < RM; i++) {",
+            "    for (var j: i32 = 0; j < RN; j++) {",
+            "      let m: i32 = tile_m * TM + ty * RM + i;",
+            "      let n: i32 = tile_n * TN + tx * RN + j;",
+            f"      if (m < {m_end} && n < {n_end}) {{",
+            *("        " + ln for ln in epilogue),
+            "      }",
+            "    }",
+            "  }",
+            "}",
+        ]
+        return body, outer_total * tiles_m * tiles_n
+
+    def identity(self, red: UOp) -> str:
+        t = self.ctype(red)
+        if red.arg is Ops.ADD:
+            return literal(0, red.dtype, self.f16)
+        if red.dtype.is_float:
+            return literal(-math.inf, red.dtype, self.f16)
+        if red.dtype == dtypes.bool:
+            return "false"
+        return "i32(-2147483647 - 1)" if t == "i32" else "0u"
 
 
-def render_wgsl(name: str, ast: UOp, f16: bool = False, workgroup: int = 64) -> Kernel:
+def render_wgsl(name: str, ast: UOp, f16: bool = False, workgroup: int = 64, opts: KernelOpts | None = None) -> Kernel:
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20000))  # deep fused expressions recurse once per node
     try:
-        return WGSLRenderer(name, ast, f16, workgroup).render()
+        return WGSLRenderer(name, ast, f16, workgroup).render(opts)
     finally:
         sys.setrecursionlimit(limit)

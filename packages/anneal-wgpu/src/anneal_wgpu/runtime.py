@@ -17,6 +17,7 @@ import numpy as np
 
 from anneal_ir import DType, UOp, dtypes
 from anneal_schedule.backend import Limits
+from anneal_schedule.opt import choose_opts
 from anneal_wgpu.adapters import select_adapter
 from anneal_wgpu.render import Kernel, render_wgsl, storage_type
 
@@ -128,7 +129,7 @@ class WebGPUBackend:
 
     # ---- programs ----
     def compile(self, name: str, ast: UOp) -> WebGPUProgram:
-        kernel = render_wgsl(name, ast, self.f16, self.workgroup)
+        kernel = render_wgsl(name, ast, self.f16, self.workgroup, choose_opts(ast, self.limits))
         try:
             module = self.device.create_shader_module(code=kernel.source)
             pipeline = self.device.create_compute_pipeline(
@@ -153,13 +154,13 @@ class WebGPUBackend:
 
     def run(self, program: WebGPUProgram, buffers: list[GPUBuffer], var_values: dict[str, int]) -> None:
         k = program.kernel
-        if k.total == 0:
+        groups = k.groups
+        if groups == 0:
             return
-        groups = math.ceil(k.total / k.workgroup)
         max_x = self.limits.max_workgroups_per_dim
         gx, gy = (groups, 1) if groups <= max_x else (max_x, math.ceil(groups / max_x))
         if gy > max_x:
-            raise WebGPUError(f"kernel {program.name}: {k.total} invocations exceed the dispatch limits")
+            raise WebGPUError(f"kernel {program.name}: {groups} workgroups exceed the dispatch limits")
         try:
             if self.encoder is None:
                 self.encoder = self.device.create_command_encoder()
