@@ -396,7 +396,8 @@ class WGSLRenderer:
         zero = literal(0, c.reduce.dtype, self.f16)
         loads_a, loads_b = math.ceil(tm * tk / self.workgroup), math.ceil(tn * tk / self.workgroup)
         body = [
-            f"const TM: i32 = {tm}; const TN: i32 = {tn}; const TK: i32 = {tk}; const RM: i32 = {rm}; const RN: i32 = {rn};",
+            f"const TM: i32 = {tm}; const TN: i32 = {tn}; const TK: i32 = {tk};",
+            f"const RM: i32 = {rm}; const RN: i32 = {rn};",
             f"var<workgroup> As: array<{t}, {tm * tk}>;  // [TK][TM]",
             f"var<workgroup> Bs: array<{t}, {tn * tk}>;  // [TK][TN]",
             *self.entry(),
