@@ -119,3 +119,10 @@ def test_index_overflow_is_refused_at_compile_time() -> None:
     sched = build_schedule(sink, len(inputs))
     with pytest.raises(RenderError, match="does not fit in i32"):
         render_wgsl("k0", sched.kernels[0].ast)
+
+
+def test_synchronize_waits_for_submitted_work(runner: Runner) -> None:
+    a = rng.standard_normal(1000).astype(np.float32)
+    (buf,) = runner.realize([tensor(runner, a) * 3.0])
+    runner.backend.synchronize()  # must return (and not raise) with work in flight
+    np.testing.assert_allclose(buf.numpy(), a * 3.0, rtol=1e-6)

@@ -102,6 +102,7 @@ class WebGPUBackend:
         self.workgroup = min(64, self.limits.max_workgroup_invocations)
         self.encoder: Any = None
         self.bind_groups: dict[tuple, Any] = {}
+        self._fence: Any = None
 
     # ---- memory ----
     def allocate(self, size: int, dtype: DType) -> GPUBuffer:
@@ -182,5 +183,10 @@ class WebGPUBackend:
                 raise WebGPUError(f"submitting kernels failed: {type(exc).__name__}: {exc}") from exc
 
     def synchronize(self) -> None:
+        """Wait for every submitted kernel. (Reading back a tiny buffer waits for the queue; wgpu-py
+        0.32's on_submitted_work_done_sync does not work with its bundled wgpu-native.)"""
         self.flush()
-        self.device.queue.on_submitted_work_done_sync()
+        if self._fence is None:
+            usage = self.wgpu.BufferUsage.COPY_SRC | self.wgpu.BufferUsage.COPY_DST
+            self._fence = self.device.create_buffer(size=16, usage=usage)
+        self.device.queue.read_buffer(self._fence)
