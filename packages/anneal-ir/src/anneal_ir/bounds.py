@@ -31,16 +31,20 @@ def _corners(a: UOp, b: UOp, f: Any) -> Bounds:
 
 def _idiv(u: UOp) -> Bounds | None:
     a, b = u.src
+    if not u.dtype.is_int:  # float bounds may be inf (int(inf) raises); truncation below is for ints
+        return None
     if b.vmin > 0 and a.vmin >= 0:  # non-negative: C-style truncation equals floor
         return a.vmin // b.vmax, a.vmax // b.vmin
     if b.vmin > 0:
-        vals = [int(x / y) for x in (a.vmin, a.vmax) for y in (b.vmin, b.vmax)]
+        vals = [-(-x // y) if x < 0 else x // y for x in (a.vmin, a.vmax) for y in (b.vmin, b.vmax)]  # exact trunc
         return min(vals), max(vals)
     return None
 
 
 def _mod(u: UOp) -> Bounds | None:
     a, b = u.src
+    if not u.dtype.is_int:  # a float remainder is not an integer: b.vmax - 1 is no bound for it
+        return None
     if b.vmin > 0 and a.vmin >= 0:
         return (a.vmin, a.vmax) if a.vmax < b.vmin else (0, b.vmax - 1)
     if b.vmin > 0:
