@@ -75,6 +75,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 def build_cli() -> AnnealGroup:
     """A fresh group with the built-in commands (tests build one per test)."""
+    from anneal_cli.data_cmds import cache, download
     from anneal_cli.doctor import doctor
     from anneal_cli.info import devices, plugins
     from anneal_cli.inspect_cmds import explain, graph, kernels
@@ -94,6 +95,8 @@ def build_cli() -> AnnealGroup:
 
     for command in (doctor, devices, plugins, train, graph, kernels, explain):
         cli.add_command(command)
+    cli.add_command(download)
+    cli.add_command(cache)
     assert isinstance(cli, AnnealGroup)
     return cli
 

@@ -36,7 +36,9 @@ class Settings:
     expect_adapter: bool = False
     wgpu_adapter: str | None = None
     cache_dir: str | None = None
+    xdg_cache_home: str | None = None  # XDG_CACHE_HOME: the cache default
     offline: bool = False
+    mirror: str | None = None  # ANNEAL_MIRROR: base URL laid out like the data cache
     beam: int = 0
 
     @classmethod
@@ -50,6 +52,8 @@ class Settings:
             expect_adapter=env.get("ANNEAL_EXPECT_ADAPTER", "") not in ("", "0"),
             wgpu_adapter=env.get("ANNEAL_WGPU_ADAPTER") or None,
             cache_dir=env.get("ANNEAL_CACHE_DIR") or None,
+            xdg_cache_home=env.get("XDG_CACHE_HOME") or None,
             offline=env.get("ANNEAL_OFFLINE", "") not in ("", "0"),
+            mirror=env.get("ANNEAL_MIRROR") or None,
             beam=_int(env, "ANNEAL_BEAM"),
         )
