@@ -2,6 +2,7 @@
 # System packages anneal's tests and WebGPU backend need on Debian/Ubuntu:
 #   mesa-vulkan-drivers  -- lavapipe, a software Vulkan adapter, so WebGPU runs without a GPU
 #   python3-venv         -- `python3 -m venv` (Debian splits ensurepip out of python3)
+#   tmux                 -- a real terminal for the test of `anneal train`'s live dashboard
 # Installs only what is missing, and only where apt-get can run (root, or sudo without a
 # password); elsewhere it says what to install and carries on.
 set -euo pipefail
@@ -14,6 +15,7 @@ fi
 if command -v "$PYTHON" >/dev/null 2>&1 && ! "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1; then
     missing+=("$(basename "$PYTHON")-venv")
 fi
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

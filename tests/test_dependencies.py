@@ -29,6 +29,7 @@ THIRD_PARTY = {
     "safetensors": "safetensors",
     "requests": "requests",
     "rich": "rich",
+    "uniplot": "uniplot",
 }
 
 

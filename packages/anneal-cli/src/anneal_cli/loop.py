@@ -1,9 +1,23 @@
 """The training loop behind `anneal train`, apart from the command so that it can grow
 (dashboard, eval, checkpoints) without touching argument handling.
 
-A trainer is what a model entry's ``build(config, device)`` returns: an object with
-``step(i) -> float`` (i counts from 0; returns that step's training loss) and, optionally,
-``finish() -> str | None`` (text to print when training ends: a sample, a summary).
+A trainer is what a model entry's ``build(config, device)`` returns. Only ``step`` is required;
+the loop and the command use the rest when it is there (docs/ARCHITECTURE.md, "Models and
+trainers"):
+
+- ``step(i) -> float``: run step i (from 0), return its training loss;
+- ``evaluate() -> float | None``: the validation loss now (None: no validation data);
+- ``lr() -> float``: the learning rate in effect;
+- ``finish() -> str | None``: text to print when training ends (a sample, a summary);
+- ``graph(backward) -> StepGraph``, ``params``, ``jit``: what the dashboard's header and
+  compiler statistics read;
+- ``state_dict() -> dict[str, Tensor]`` / ``load_state_dict(d)``: checkpoints (``--out``,
+  ``--resume``);
+- ``config``: the trainer's own view of its configuration (written to the run folder).
+
+Observers watch the loop (the dashboard, the run folder, compiler statistics); each method
+is optional: ``before_step(i)``, ``after_step(done, loss)``, ``after_eval(done, val)``,
+``logged(record)``.
 """
 
 from __future__ import annotations
@@ -11,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -21,8 +35,8 @@ class Trainer(Protocol):
 
 
 class NonFiniteLoss(RuntimeError):
-    def __init__(self, step: int, loss: float) -> None:
-        super().__init__(f"loss is {loss} at step {step}; training stopped")
+    def __init__(self, step: int, loss: float, what: str = "loss") -> None:
+        super().__init__(f"{what} is {loss} at step {step}; training stopped")
         self.step = step
         self.loss = loss
 
@@ -32,12 +46,24 @@ class StepLog:
     step: int  # 1-based: steps done so far
     steps: int
     loss: float
+    val: float | None  # the validation loss, on steps where it was evaluated
     lr: float | None
     ms_per_step: float
 
 
 def default_log_every(steps: int) -> int:
     return max(1, steps // 10)
+
+
+def default_eval_every(steps: int) -> int:
+    return max(1, steps // 10)
+
+
+def _notify(observers: Sequence[Any], method: str, *args: Any) -> None:
+    for o in observers:
+        fn = getattr(o, method, None)
+        if fn is not None:
+            fn(*args)
 
 
 def run(
@@ -48,28 +74,56 @@ def run(
     lr: float | None = None,
     emit: Callable[[StepLog], None],
     clock: Callable[[], float] = time.perf_counter,
+    start: int = 0,
+    eval_every: int | None = None,
+    observers: Sequence[Any] = (),
+    checkpoint: Callable[[int], None] | None = None,
 ) -> list[StepLog]:
-    """Run ``steps`` steps; emit a record every ``log_every`` steps and after the last."""
+    """Run steps ``start`` .. ``steps - 1``; emit a record every ``log_every`` steps, every evaluation and after
+    the last step. With ``eval_every``, evaluate (when the trainer can) every that many steps and after the last;
+    ``checkpoint(done)`` is called then too (and after the last step). ms/step counts the steps only: time spent
+    evaluating, emitting and checkpointing is left out."""
+    evaluate = getattr(trainer, "evaluate", None)
+    current_lr = getattr(trainer, "lr", None)
     logs: list[StepLog] = []
     since, t0 = 0, clock()
-    for i in range(steps):
+    for i in range(start, steps):
+        _notify(observers, "before_step", i)
         loss = float(trainer.step(i))
         if not math.isfinite(loss):  # a diverged run is an error, not a number to print
             raise NonFiniteLoss(i + 1, loss)
         since += 1
         done = i + 1
-        if done % log_every == 0 or done == steps:
+        _notify(observers, "after_step", done, loss)
+        at_eval = eval_every is not None and (done % eval_every == 0 or done == steps)
+        if done % log_every == 0 or done == steps or (at_eval and callable(evaluate)):
             now = clock()
-            record = StepLog(done, steps, loss, lr, (now - t0) * 1000.0 / since)
+            val = None
+            if at_eval and callable(evaluate):
+                result = evaluate()
+                if result is not None:
+                    val = float(result)
+                    if not math.isfinite(val):
+                        raise NonFiniteLoss(done, val, "val loss")
+                    _notify(observers, "after_eval", done, val)
+            rate = float(current_lr()) if callable(current_lr) else lr
+            record = StepLog(done, steps, loss, val, rate, (now - t0) * 1000.0 / since)
             logs.append(record)
             emit(record)
-            since, t0 = 0, now
+            _notify(observers, "logged", record)
+            since, t0 = 0, clock()
+        if checkpoint is not None and (at_eval or done == steps):
+            t_save = clock()
+            checkpoint(done)
+            t0 += clock() - t_save  # saving is not step time
     return logs
 
 
 def plain_line(record: StepLog) -> str:
     width = len(str(record.steps))
     parts = [f"step {record.step:>{width}}/{record.steps}", f"loss {record.loss:.4f}"]
+    if record.val is not None:
+        parts.append(f"val {record.val:.4f}")
     if record.lr is not None:
         parts.append(f"lr {record.lr:.1e}")
     parts.append(f"{record.ms_per_step:.1f} ms/step")

@@ -1,7 +1,16 @@
-"""`anneal train <model>`: resolve the model and the device, build, run the loop."""
+"""`anneal train <model>`: resolve the model and the device, build, run the loop.
+
+Output: a live dashboard on a terminal (anneal_cli.dashboard); one plain line per logged step
+when stdout is not a terminal or with --plain; one JSON object per logged step with --json.
+--out DIR writes a run folder and --resume DIR continues one (anneal_cli.runs).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -9,12 +18,14 @@ import click
 from anneal.registry import AUTO, backend_names, get_backend, resolve_device
 from anneal.registry import plugins as loaded_plugins
 from anneal_cli import loop
-from anneal_cli.errors import CommandError
+from anneal_cli.errors import CommandError, one_line
+from anneal_cli.runs import SUMMARY, RunFolder, SavedRun, atomic_write, read_run, setting_up
 from anneal_ir.plugins import ModelEntry
 
 PRESETS = ("tiny", "small", "full")
 DEFAULT_PRESET = "small"  # PRODUCT.md: small is the default, when a model defines it
 FALLBACKS = {"steps": 100, "seed": 0}  # for models whose defaults leave them out
+SHOWN = ("preset", "steps", "batch", "lr", "seed")  # the settings the first line names
 
 
 def find_model(name: str) -> ModelEntry:
@@ -39,23 +50,73 @@ def make_config(entry: ModelEntry, preset: str | None, flags: dict[str, Any]) ->
     return config
 
 
+def resumed_config(saved: SavedRun, preset: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """The saved run's configuration with the flags given now (more --steps, another --lr, ...)."""
+    if preset is not None and preset != saved.config.get("preset"):
+        raise click.UsageError(
+            f"--resume continues {saved.path} with its preset {saved.config.get('preset')!r}; drop --preset {preset}"
+        )
+    config = dict(saved.config)
+    config.update({k: v for k, v in flags.items() if v is not None})
+    return config
+
+
 def check_device(name: str) -> None:
     if name != AUTO and name not in backend_names():
         known = ", ".join(backend_names()) or "none"
         raise click.BadParameter(f"unknown device {name!r}; registered backends: {known}", param_hint="--device")
 
 
+def count_parameters(trainer: Any) -> int | None:
+    params = getattr(trainer, "params", None)
+    if not isinstance(params, (list, tuple)):
+        return None
+    total = 0
+    for p in params:
+        shape = getattr(p, "shape", None)
+        if shape is None:
+            return None
+        n = 1
+        for s in shape:
+            n *= int(s)
+        total += n
+    return total
+
+
+def wants_dashboard(plain: bool, as_json: bool) -> bool:
+    if plain or as_json or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(sys.stdout, "isatty", None)
+    return bool(isatty()) if callable(isatty) else False
+
+
 @click.command()
 @click.argument("model")
 @click.option("--device", default=AUTO, show_default=True, help="auto, cpu, webgpu or a plugin's backend.")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps.")
+@click.option("--steps", type=click.IntRange(min=1), help="Train until this many steps are done.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Learning rate.")
 @click.option("--batch", type=click.IntRange(min=1), help="Batch size.")
 @click.option("--seed", type=int, help="Random seed.")
 @click.option("--preset", type=click.Choice(PRESETS), help="Model size: tiny (seconds), small (default), full.")
 @click.option("--log-every", type=click.IntRange(min=1), help="Log every N steps [default: steps/10].")
-@click.option("--plain", is_flag=True, help="One line per logged step (the only output mode so far).")
+@click.option(
+    "--eval-every",
+    type=click.IntRange(min=1),
+    help="Evaluate (models with validation) and checkpoint (with --out) every N steps [default: the model's, "
+    "else steps/10].",
+)
+@click.option("--plain", is_flag=True, help="One line per logged step, even on a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per logged step on stdout.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write a run folder: config.json, loss.csv, checkpoint.safetensors, samples.",
+)
+@click.option(
+    "--resume",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Continue the run in this folder from its checkpoint (up to --steps).",
+)
 def train(
     model: str,
     device: str,
@@ -65,31 +126,145 @@ def train(
     seed: int | None,
     preset: str | None,
     log_every: int | None,
+    eval_every: int | None,
     plain: bool,
     as_json: bool,
+    out: Path | None,
+    resume: Path | None,
 ) -> None:
     """Train MODEL; hyperparameters default per model, a flag overrides only what it names."""
-    del plain  # no dashboard yet: output is always plain lines (or JSON)
     entry = find_model(model)
     check_device(device)
-    config = make_config(entry, preset, {"steps": steps, "lr": lr, "batch": batch, "seed": seed})
+    flags = {"steps": steps, "lr": lr, "batch": batch, "seed": seed, "eval_every": eval_every}
+    saved = read_run(resume, entry.name) if resume is not None else None
+    config = resumed_config(saved, preset, flags) if saved else make_config(entry, preset, flags)
     resolved, note = resolve_device(device)
     resolved, _backend = get_backend(resolved)  # create it now, so a broken device fails first
 
-    info = lambda text: click.echo(text, err=as_json)  # noqa: E731 - JSON mode keeps stdout for records
-    settings = "  ".join(f"{k} {config[k]}" for k in ("preset", "steps", "batch", "lr", "seed") if k in config)
-    info(f"model {entry.name}  device {resolved}  {settings}")
-    if note:
-        info(note)
-
-    trainer = entry.build(dict(config), resolved)
-    emit = (lambda r: click.echo(loop.json_line(r))) if as_json else (lambda r: click.echo(loop.plain_line(r)))
+    dashboard = wants_dashboard(plain, as_json)
+    info: Callable[[str], None] = lambda text: click.echo(text, err=as_json)  # noqa: E731 - JSON keeps stdout
     total = int(config["steps"])
+    start = saved.step if saved else 0
+    settings = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
+
+    # ---- setup: a run folder made here is removed again if any of this fails ----
+    folder: RunFolder | None = None
+    if out is not None and (saved is None or out.resolve() != saved.path.resolve()):
+        folder = RunFolder.create(out, entry.name)
+        if saved is not None:
+            folder.rows = list(saved.history)
+    elif saved is not None:
+        folder = RunFolder.reopen(saved)
+    with setting_up(folder):
+        trainer = entry.build(dict(config), resolved)
+        if saved is not None:
+            load_checkpoint(trainer, saved)
+        parameters = count_parameters(trainer)
+        if not dashboard:
+            info(
+                f"model {entry.name}  device {resolved}  {settings}" + (f"  params {parameters}" if parameters else "")
+            )
+        if note:
+            info(note)
+        if saved is not None:
+            info(f"resuming {saved.path} at step {start}")
+        if folder is not None:
+            trainer_config = getattr(trainer, "config", None)
+            folder.write_config(config, resolved, trainer_config if isinstance(trainer_config, dict) else None)
+            if not folder.ready:
+                checkpoint(trainer, folder, start)  # the first checkpoint: from here on the folder can be resumed
+                folder.write_losses()
+                folder.ready = True
+            if hasattr(trainer, "out_dir"):
+                trainer.out_dir = folder.path  # where the model writes its samples
+            if not dashboard:
+                info(f"run folder {folder.path}")
+    if start >= total:
+        info(f"{entry.name} is already at step {start} of {total}; pass a larger --steps to train further")
+        return
+
+    eval_cadence = eval_every or int(config.get("eval_every") or 0) or loop.default_eval_every(total)
+    observers: list[Any] = [folder] if folder is not None else []
+    save = (lambda done: checkpoint(trainer, folder, done)) if folder is not None else None
+    run_args: dict[str, Any] = {
+        "log_every": log_every or loop.default_log_every(total),
+        "lr": config.get("lr"),
+        "start": start,
+        "eval_every": eval_cadence,
+        "checkpoint": save,
+    }
     try:
-        loop.run(trainer, total, log_every=log_every or loop.default_log_every(total), lr=config.get("lr"), emit=emit)
+        if dashboard:
+            run_dashboard(entry.name, resolved, trainer, config, total, start, parameters, observers, run_args, saved)
+        else:
+            emit = (lambda r: click.echo(loop.json_line(r))) if as_json else (lambda r: click.echo(loop.plain_line(r)))
+            loop.run(trainer, total, emit=emit, observers=observers, **run_args)
     except loop.NonFiniteLoss as exc:
         raise CommandError(str(exc)) from exc
+    finally:
+        if folder is not None and folder.ready:
+            folder.write_losses()  # every step that ran, even when the run failed
     finish = getattr(trainer, "finish", None)
     text = finish() if callable(finish) else None
     if text:
         info(str(text))
+        if folder is not None:
+            atomic_write(folder.path / SUMMARY, (str(text).rstrip("\n") + "\n").encode())
+
+
+def load_checkpoint(trainer: Any, saved: SavedRun) -> None:
+    load = getattr(trainer, "load_state_dict", None)
+    if not callable(load):
+        raise click.UsageError(f"model {saved.model!r} cannot resume: its trainer has no load_state_dict()")
+    try:
+        load(saved.state)
+    except Exception as exc:  # missing/unexpected keys, shape mismatches: the checkpoint is of another model
+        ckpt = saved.path / "checkpoint.safetensors"
+        raise CommandError(f"checkpoint {ckpt} does not fit this {saved.model} model: {one_line(exc)}") from None
+
+
+def checkpoint(trainer: Any, folder: RunFolder | None, step: int) -> None:
+    state_dict = getattr(trainer, "state_dict", None)
+    if folder is not None and callable(state_dict):
+        folder.save_checkpoint(state_dict(), step)
+        folder.write_losses()
+
+
+def run_dashboard(
+    model: str,
+    device: str,
+    trainer: Any,
+    config: dict[str, Any],
+    total: int,
+    start: int,
+    parameters: int | None,
+    observers: list[Any],
+    run_args: dict[str, Any],
+    saved: SavedRun | None,
+) -> None:
+    from rich.console import Console
+
+    from anneal_cli.dashboard import CompilerStats, Dashboard, seam_stats
+
+    console = Console()
+    with console.status(f"compiling {model}'s step for the dashboard's statistics…"):
+        try:
+            seam = seam_stats(trainer, device)
+        except Exception:  # statistics are a view: a model whose graph cannot be scheduled alone still trains
+            seam = None
+    compiler = CompilerStats.maybe(device, trainer, seam)
+    history = [(r.step, r.loss, r.val) for r in saved.history] if saved else []
+    settings = [(k, config[k]) for k in SHOWN if k in config and k != "steps"]
+    dash = Dashboard(console, model=model, device=device, steps=total, start=start, settings=settings,
+                     parameters=parameters, history=history, compiler=compiler)  # fmt: skip
+    if compiler is not None:
+        observers = [compiler, *observers]
+    with dash:
+        loop.run(trainer, total, emit=lambda r: None, observers=[*observers, dash], **run_args)
+    rate = dash.rate()
+    console.print(
+        f"trained {model} to step {dash.done}/{total} in {(dash.finished_at or dash.t0) - dash.t0:.1f} s"
+        + (f" ({rate:,.1f} steps/s)" if rate else "")
+        + (f"; final loss {dash.loss:.4f}" if dash.loss is not None else ""),
+        highlight=False,
+    )

@@ -62,7 +62,9 @@ class ConvTrainer(SupervisedTrainer):
             idx = rng.integers(0, len(self.x), batch_size)
             return self.x[idx], self.y[idx]
 
-        super().__init__(net, params, Adam(params, lr=config["lr"]), batch, F.cross_entropy, device)
+        val = make_images(512, config["noise"], np.random.default_rng(config["seed"] + 1))  # held out
+        super().__init__(net, params, Adam(params, lr=config["lr"]), batch, F.cross_entropy, device,
+                         val=val, config=config)  # fmt: skip
         self.net = net
         self.initial_eval = self.evaluate(self.x[:512], self.y[:512])
 

@@ -49,7 +49,9 @@ class MLPTrainer(SupervisedTrainer):
             idx = rng.integers(0, len(self.x), batch_size)
             return self.x[idx], self.y[idx]
 
-        super().__init__(net, params, Adam(params, lr=config["lr"]), batch, mse, device)
+        val_x = np.random.default_rng(config["seed"] + 1).uniform(-1, 1, (1024, 2)).astype(np.float32)  # held out
+        super().__init__(net, params, Adam(params, lr=config["lr"]), batch, mse, device,
+                         val=(val_x, target(val_x)), config=config)  # fmt: skip
         self.initial_eval = self.evaluate(self.x, self.y)
 
     def finish(self) -> str:

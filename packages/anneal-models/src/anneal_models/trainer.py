@@ -3,21 +3,33 @@
 A model supplies a module, an optimizer, a batch function and a loss; this class runs the
 step under anneal.jit (captured on the second call, replayed after), and exposes the lazy
 graph of one step for ``anneal graph`` / ``anneal kernels``.
+
+It implements the whole trainer protocol of ``anneal train`` (docs/ARCHITECTURE.md,
+"Models and trainers"): ``step``, ``evaluate`` (on ``val``, when the model gave one),
+``graph``, ``lr``, ``state_dict``/``load_state_dict`` (parameters, buffers, optimizer state
+and hyperparameters, LR schedule, steps done: a resumed run continues exactly) and ``config``.
+
+Batches: ``batch(i)`` is called once per step, in order. A resumed trainer replays the
+batch draws of the steps already done (host-side only, no compute), so a model whose
+batch function draws from a seeded generator sees the same data as an uninterrupted run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 
 from anneal import Tensor
 from anneal.jit import jit
-from anneal.optim import Optimizer
+from anneal.nn.state import get_state_dict, load_state_dict
+from anneal.optim import LRScheduler, Optimizer
 
 Batch = tuple[np.ndarray, np.ndarray]
+HOST = "cpu"  # where the checkpoint's scalars (step counts, hyperparameters) live: any device can read them
 
 
 @dataclass
@@ -28,7 +40,38 @@ class StepGraph:
     backward: list[Tensor]
 
 
+def _scalar(value: Any) -> Tensor | None:
+    """A Python scalar (or a tuple of numbers) as a host tensor; None for what a tensor cannot hold."""
+    if isinstance(value, bool):
+        return Tensor(np.asarray(value, np.bool_), device=HOST)
+    if isinstance(value, int):
+        return Tensor(np.asarray(value, np.int64), device=HOST)
+    if isinstance(value, float):
+        return Tensor(np.asarray(value, np.float64), device=HOST)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, (int, float)) for v in value):
+        return Tensor(np.asarray(value, np.float64), device=HOST)
+    return None
+
+
+def _restore(saved: Tensor, like: Any) -> Any:
+    """A saved scalar back as the Python type of ``like`` (the value it replaces)."""
+    arr = saved.numpy()
+    if isinstance(like, bool):
+        return bool(arr)
+    if isinstance(like, int):
+        return int(arr)
+    if isinstance(like, float):
+        return float(arr)
+    if isinstance(like, (tuple, list)):
+        return type(like)(float(v) for v in arr.reshape(-1))
+    return saved
+
+
 class SupervisedTrainer:
+    # A resumed trainer calls batch(i) for the steps already done, so that a batch function drawing from one
+    # seeded generator continues where it stopped; a subclass whose batch(i) depends on i alone sets False.
+    replay_batches_on_load = True
+
     def __init__(
         self,
         model: Callable[[Tensor], Tensor],
@@ -38,17 +81,43 @@ class SupervisedTrainer:
         loss: Callable[[Tensor, Tensor], Tensor],
         device: str,
         use_jit: bool = True,
+        *,
+        val: Batch | None = None,
+        schedule: LRScheduler | None = None,
+        config: dict[str, Any] | None = None,
     ) -> None:
         self.model, self.params, self.optimizer = model, params, optimizer
         self.batch, self.loss, self.device = batch, loss, device
-        self._step = jit(self._train_step) if use_jit else self._train_step
+        self.val, self.schedule = val, schedule
+        self.config: dict[str, Any] = dict(config or {})
+        self.out_dir: Path | None = None  # the run folder (anneal train --out): where samples go
+        self._step: Callable[..., Any] = jit(self._train_step) if use_jit else self._train_step
         self.first_loss: float | None = None
         self.last_loss: float | None = None
+        self.steps_done = 0
+        self._peeked: Batch | None = None  # a batch drawn by graph(), used by the next step
 
-    def _tensors(self, i: int) -> tuple[Tensor, Tensor]:
-        x, y = self.batch(i)
+    # ---- batches ----
+    def _next_batch(self, i: int) -> Batch:
+        if self._peeked is not None:
+            batch, self._peeked = self._peeked, None
+            return batch
+        return self.batch(i)
+
+    def _peek(self) -> Batch:
+        if self._peeked is None:
+            self._peeked = self.batch(self.steps_done)
+        return self._peeked
+
+    def _as_tensors(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        x, y = batch
         return Tensor(x, device=self.device), Tensor(y, device=self.device)
 
+    def _tensors(self, i: int) -> tuple[Tensor, Tensor]:
+        """Step i's batch as tensors."""
+        return self._as_tensors(self._next_batch(i))
+
+    # ---- the step ----
     def _train_step(self, x: Tensor, y: Tensor) -> Tensor:
         self.optimizer.zero_grad()
         loss = self.loss(self.model(x), y)
@@ -58,19 +127,132 @@ class SupervisedTrainer:
 
     def step(self, i: int) -> float:
         value = float(self._step(*self._tensors(i)).item())
+        self.steps_done += 1
+        if self.schedule is not None:
+            self.schedule.step()  # writes the next lr into its buffer: a jit replay reads it
         if self.first_loss is None:
             self.first_loss = value
         self.last_loss = value
         return value
 
+    def lr(self) -> float:
+        """The learning rate the next step uses (the first parameter group's)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
     def graph(self, backward: bool) -> StepGraph:
-        x, y = self._tensors(0)
+        """One step's lazy graph, on the batch the next step will use (so drawing it changes no data)."""
+        x, y = self._as_tensors(self._peek())
         loss = self.loss(self.model(x), y)
         return StepGraph([loss], loss.gradient(*self.params) if backward else [])
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> float:
-        return float(self.loss(self.model(Tensor(x, device=self.device)), Tensor(y, device=self.device)).item())
+    # ---- evaluation ----
+    @overload
+    def evaluate(self) -> float | None: ...
+    @overload
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> float: ...
+    def evaluate(self, x: np.ndarray | None = None, y: np.ndarray | None = None) -> float | None:
+        """The loss on (x, y), in eval mode; without arguments on the validation set (None if there is none)."""
+        if x is None or y is None:
+            if self.val is None:
+                return None
+            x, y = self.val
+        module = self.model
+        was_training = getattr(module, "training", None)
+        if was_training and callable(getattr(module, "eval", None)):
+            module.eval()  # type: ignore[attr-defined]
+        try:
+            return float(self.loss(module(Tensor(x, device=self.device)), Tensor(y, device=self.device)).item())
+        finally:
+            if was_training and callable(getattr(module, "train", None)):
+                module.train()  # type: ignore[attr-defined]
 
     @property
     def jit(self) -> Any:
         return self._step
+
+    # ---- checkpoints ----
+    def state_dict(self) -> dict[str, Tensor]:
+        """Everything a resumed run needs, as tensors: ``model.*`` (parameters and buffers, torch's names),
+        ``optim.state.<param index>.<key>`` (moments, momentum buffers, step counts),
+        ``optim.group.<group>.<key>`` (hyperparameters: the lr a schedule moved, betas, ...),
+        ``optim.bias.*`` (Adam's running bias corrections), ``schedule.*`` and ``trainer.steps``."""
+        out = {f"model.{k}": t for k, t in get_state_dict(self.model).items()}
+        opt = self.optimizer
+        index = {id(p): i for i, p in enumerate(opt.params)}
+        for p, state in opt.state.items():
+            for key, value in state.items():
+                t = value if isinstance(value, Tensor) else _scalar(value)
+                if t is not None:
+                    out[f"optim.state.{index[id(p)]}.{key}"] = t
+        for gi, group in enumerate(opt.param_groups):
+            for key, value in group.items():
+                t = None if key == "params" else _scalar(value)
+                if t is not None:
+                    out[f"optim.group.{gi}.{key}"] = t
+        # Adam advances its bias corrections 1 - beta**t in the graph (float32); saving the running values
+        # makes the resumed steps bit-identical to an uninterrupted run instead of recomputing them.
+        for (gi, step, dtype, _device), (c1, c2) in getattr(opt, "_bias", {}).items():
+            out[f"optim.bias.{gi}.{step}.{dtype.name}.c1"] = c1
+            out[f"optim.bias.{gi}.{step}.{dtype.name}.c2"] = c2
+        if self.schedule is not None:
+            for key, value in self.schedule.state_dict().items():
+                t = _scalar(value)
+                if t is not None:
+                    out[f"schedule.{key}"] = t
+        steps = _scalar(self.steps_done)
+        assert steps is not None
+        out["trainer.steps"] = steps
+        return out
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Load what state_dict() wrote, before the first step. Raises RuntimeError (model keys or shapes
+        that do not match: the message names them) or ValueError (optimizer groups that do not match)."""
+        if self.steps_done or self._peeked is not None:
+            raise RuntimeError("load_state_dict: load a checkpoint before the first step (and before graph())")
+        load_state_dict(self.model, {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")})
+        opt = self.optimizer
+        layout = opt.state_dict()
+        params = opt.params
+        per_param: dict[int, dict[str, Any]] = {}
+        bias: dict[tuple[int, int, str], dict[str, Tensor]] = {}
+        for key, value in state.items():
+            parts = key.split(".")
+            if parts[0] == "optim" and parts[1] == "state" and len(parts) >= 4:
+                i, name = int(parts[2]), ".".join(parts[3:])
+                if i >= len(params):
+                    raise ValueError(f"optimizer state for parameter {i}, but the optimizer has {len(params)}")
+                arr_dtype = value.dtype
+                if value.shape == () and (arr_dtype.name.startswith("int") or arr_dtype.name == "bool"):
+                    per_param.setdefault(i, {})[name] = _restore(value, 0)  # a Python count, e.g. Adam's step
+                else:
+                    if value.shape != params[i].shape and value.shape != ():
+                        raise ValueError(f"optimizer state {name} of parameter {i} has shape {value.shape}, "
+                                         f"the parameter {params[i].shape}")  # fmt: skip
+                    per_param.setdefault(i, {})[name] = value
+            elif parts[0] == "optim" and parts[1] == "bias" and len(parts) == 6:
+                bias.setdefault((int(parts[2]), int(parts[3]), parts[4]), {})[parts[5]] = value
+        for gi, group in enumerate(layout["param_groups"]):
+            for key, like in list(group.items()):
+                saved = state.get(f"optim.group.{gi}.{key}")
+                if key != "params" and saved is not None:
+                    group[key] = _restore(saved, like)
+        opt.load_state_dict({"state": per_param, "param_groups": layout["param_groups"]})
+        if hasattr(opt, "_bias"):
+            by_name = {p.dtype.name: p.dtype for p in params}
+            for (gi, step, dtype_name), pair in ((k, v) for k, v in bias.items() if {"c1", "c2"} <= set(v)):
+                dt = by_name.get(dtype_name)
+                if dt is not None:  # a buffer of its own on this device: it is advanced in place
+                    c1, c2 = (Tensor(pair[c].numpy(), dt, self.device) for c in ("c1", "c2"))
+                    opt._bias[(gi, step, dt, self.device)] = (c1, c2)
+        if self.schedule is not None:
+            sched_state = self.schedule.state_dict()
+            restored = {
+                k: _restore(state[f"schedule.{k}"], v) for k, v in sched_state.items() if f"schedule.{k}" in state
+            }
+            self.schedule.load_state_dict(restored)
+            opt.sync_lr()
+        steps = int(state["trainer.steps"].numpy()) if "trainer.steps" in state else 0
+        if self.replay_batches_on_load:
+            for i in range(steps):  # replay the batch draws already done: the data continues where it stopped
+                self.batch(i)
+        self.steps_done = steps

@@ -1,0 +1,165 @@
+"""The live dashboard of `anneal train`: rendered to a string, through the CLI, and on a real terminal (tmux)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from anneal_cli import loop, train
+from anneal_cli.dashboard import CompilerStats, Dashboard, fmt_duration, seam_stats
+from anneal_cli.main import AnnealGroup
+from anneal_ir.plugins import Plugins
+
+
+class Halving:
+    """Loss halves each step; validation loss is 10% above it; the lr decays."""
+
+    def __init__(self) -> None:
+        self.loss = 1.0
+
+    def step(self, i: int) -> float:
+        self.loss /= 2
+        return self.loss
+
+    def evaluate(self) -> float:
+        return self.loss * 1.1
+
+    def lr(self) -> float:
+        return 0.1 / (1 + self.loss)
+
+
+def render(console: Console, dash: Dashboard) -> str:
+    console.print(dash)
+    file = console.file
+    assert isinstance(file, io.StringIO)
+    return file.getvalue()
+
+
+def test_dashboard_shows_header_progress_chart_and_numbers() -> None:
+    console = Console(file=io.StringIO(), force_terminal=True, color_system=None, width=100, height=40)
+    dash = Dashboard(console, model="halving", device="cpu", steps=20, settings=[("batch", 8)], parameters=12345,
+                     refresh_per_second=50)  # fmt: skip
+    with dash:
+        loop.run(Halving(), 20, log_every=5, eval_every=5, emit=lambda r: None, observers=[dash])
+    assert dash.done == 20 and len(dash.series()[0]) == 20 and [s for s, _ in dash.series()[1]] == [5, 10, 15, 20]
+    text = render(Console(file=io.StringIO(), width=100, height=40, color_system=None), dash)
+    assert "anneal train halving" in text
+    assert "model halving  device cpu  parameters 12,345  batch 8" in text
+    assert "20/20  100%" in text and "steps/s" in text and "ETA 0:00:00" in text
+    assert "loss (log scale)" in text  # the loss fell by more than a decade
+    assert "train loss" in text and "val loss" in text  # the legend of the two series
+    chart = [ln for ln in text.splitlines() if "│ │" in ln or "│ ┌" in ln]
+    assert len(chart) >= 5  # a real chart: a box of rows
+    assert f"loss {0.5**20:.4f}" in text and f"val {1.1 * 0.5**20:.4f} (step 20)" in text
+    assert "lr 1.0e-01" in text
+
+
+def test_chart_waits_for_two_points_and_history_seeds_it() -> None:
+    console = Console(file=io.StringIO(), width=80, height=30, color_system=None)
+    empty = Dashboard(console, model="m", device="cpu", steps=10)
+    assert "waiting for the first steps" in render(console, empty)
+    resumed = Dashboard(console, model="m", device="cpu", steps=10, start=4,
+                        history=[(1, 4.0, None), (2, 3.0, 3.5), (3, 2.0, None), (4, 1.0, 1.5)])  # fmt: skip
+    text = render(Console(file=io.StringIO(), width=80, height=30, color_system=None), resumed)
+    assert "4/10" in text and "train loss" in text and "val loss" in text
+    assert "loss (log scale)" not in text  # 4 -> 1 is less than a decade: linear
+
+
+def test_fmt_duration() -> None:
+    assert fmt_duration(0) == "0:00:00" and fmt_duration(3725.4) == "1:02:05" and fmt_duration(None) == "-:--:--"
+
+
+def test_compiler_stats_from_the_real_runner() -> None:
+    from anneal_models import mlp
+
+    trainer = mlp.build({**mlp.DEFAULTS, **mlp.PRESETS["tiny"]}, "cpu")
+    seam = seam_stats(trainer, "cpu")
+    assert seam is not None and 0 < seam.fused <= seam.kernels
+    stats = CompilerStats(device="cpu", trainer=trainer, seam=seam)
+    loop.run(trainer, 5, log_every=5, eval_every=5, emit=lambda r: None, observers=[stats])
+    assert stats.kernels_per_step is not None and stats.kernels_per_step > 0
+    text = stats.text().plain
+    assert f"{stats.kernels_per_step} kernels/step" in text
+    assert f"{seam.fused} of {seam.kernels} fwd+bwd kernels fused across the seam" in text
+    assert "jit 3 replays" in text and "hits /" in text and "misses" in text
+
+
+def test_the_cli_draws_the_dashboard_on_a_terminal(
+    cli: AnnealGroup, runner: CliRunner, test_plugins: Plugins, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(train, "wants_dashboard", lambda plain, as_json: not (plain or as_json))
+    result = runner.invoke(cli, ["train", "fit", "--device", "fake", "--steps", "6"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "anneal train fit" in out and "6/6" in out and "train loss" in out
+    assert "step 6/6  loss" not in out  # no plain lines
+    assert "trained fit to step 6/6" in out and out.rstrip().endswith("finished on fake")
+    plain = runner.invoke(cli, ["train", "fit", "--device", "fake", "--steps", "6", "--plain"])
+    assert "step 6/6  loss 0.0156" in plain.stdout and "anneal train fit" not in plain.stdout
+
+
+def test_not_a_terminal_means_plain_lines(cli: AnnealGroup, runner: CliRunner, test_plugins: Plugins) -> None:
+    assert not train.wants_dashboard(False, False)  # CliRunner's stdout is not a terminal
+    result = runner.invoke(cli, ["train", "fit", "--device", "fake", "--steps", "2"])
+    assert result.stdout.splitlines()[1].startswith("step 1/2  loss 0.5000  lr 1.0e-01")
+
+
+# ---- a real terminal ----
+
+
+@pytest.fixture
+def tmux() -> Iterator[Any]:
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is missing (scripts/system-deps.sh installs it)")
+        pytest.skip("tmux is not installed")
+    server = f"anneal-test-{os.getpid()}"
+
+    def run(*args: str) -> str:
+        done = subprocess.run(["tmux", "-L", server, *args], capture_output=True, text=True, timeout=10)
+        return done.stdout
+
+    yield run
+    subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, timeout=10)
+
+
+def test_dashboard_on_a_real_terminal(tmux: Any) -> None:
+    command = [sys.executable, "-m", "anneal_cli.main", "train", "mlp", "--preset", "tiny", "--device", "cpu"]
+    script = f'{shlex.join(command)}; echo "[exit $?]"; sleep 60'
+    env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
+    env.pop("ANNEAL_DEBUG", None)
+    subprocess.run(["tmux", "-L", f"anneal-test-{os.getpid()}", "new-session", "-d", "-x", "120", "-y", "40",
+                    "sh", "-c", script], env=env, check=True, timeout=10)  # fmt: skip
+    screen, mid = "", ""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        screen = tmux("capture-pane", "-p")
+        if "[exit" in screen:
+            break
+        if "/200" in screen and "200/200" not in screen:
+            mid = screen  # a frame while training
+        time.sleep(0.2)
+    assert "[exit 0]" in screen, screen
+    assert screen.count("anneal train mlp") == 1, screen  # one panel, redrawn in place
+    assert "model mlp  device cpu  parameters 1,185  preset tiny  batch 128  lr 0.01  seed 0" in screen
+    assert "200/200  100%" in screen and "steps/s" in screen and "ETA 0:00:00" in screen
+    assert "loss (log scale)" in screen and "train loss" in screen and "val loss" in screen
+    assert sum(ln.count("▀") + ln.count("▄") + ln.count("▖") + ln.count("▝") for ln in screen.splitlines()) > 40
+    assert "kernels/step" in screen and "fused across the seam" in screen and "replays" in screen
+    assert "step 200  loss" in screen and "lr 1.0e-02" in screen
+    assert "trained mlp to step 200/200" in screen
+    assert "mlp: eval loss" in screen and "of initial; target < 3%" in screen  # the final line
+    assert "step  20/200" not in screen  # no plain lines on a terminal
+    if mid:
+        assert "anneal train mlp" in mid and "steps/s" in mid
