@@ -20,10 +20,16 @@ from anneal import Tensor
 from anneal.realize import runner
 
 DEVICE = "webgpu"
+TORCH = "cuda"  # --torch-device: the peer's device
 
 
 def sync() -> None:
     runner(DEVICE).backend.synchronize()
+
+
+def torch_sync() -> None:
+    if TORCH == "cuda":
+        torch.cuda.synchronize()
 
 
 def timeit(fn: Callable[[], object], sync_fn: Callable[[], None], runs: int = 10) -> float:
@@ -51,12 +57,12 @@ def matmul(n: int) -> dict:
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
     x, w = Tensor(a, device=DEVICE), Tensor(b, device=DEVICE)
-    tx, tw = torch.tensor(a, device="cuda"), torch.tensor(b, device="cuda")
+    tx, tw = torch.tensor(a, device=TORCH), torch.tensor(b, device=TORCH)
     got = (x @ w).numpy()
     ref = (tx @ tw).cpu().numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-2 * np.sqrt(n))
     ta = timeit(lambda: (x @ w).realize(), sync)
-    tt = timeit(lambda: tx @ tw, torch.cuda.synchronize)
+    tt = timeit(lambda: tx @ tw, torch_sync)
     return report(f"matmul {n}x{n}x{n} f32", ta, tt, 2 * n**3 / 1e12, "TFLOP/s")
 
 
@@ -64,23 +70,23 @@ def elementwise(n: int, peak: float | None) -> dict:
     a = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     b = np.random.default_rng(1).standard_normal(n).astype(np.float32)
     x, y = Tensor(a, device=DEVICE), Tensor(b, device=DEVICE)
-    tx, ty = torch.tensor(a, device="cuda"), torch.tensor(b, device="cuda")
+    tx, ty = torch.tensor(a, device=TORCH), torch.tensor(b, device=TORCH)
 
     def chain(u: object, v: object) -> object:
         return ((u * 1.5 + v).relu() * v - u * 0.25).sigmoid()  # type: ignore[operator]
 
     np.testing.assert_allclose(chain(x, y).numpy(), chain(tx, ty).cpu().numpy(), rtol=1e-5, atol=1e-6)
     ta = timeit(lambda: chain(x, y).realize(), sync)
-    tt = timeit(lambda: chain(tx, ty), torch.cuda.synchronize)
+    tt = timeit(lambda: chain(tx, ty), torch_sync)
     return report(f"elementwise chain ({n // 2**20}M f32)", ta, tt, 3 * 4 * n / 1e9, "GB/s", peak)
 
 
 def softmax(rows: int, cols: int, peak: float | None) -> dict:
     a = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
-    x, tx = Tensor(a, device=DEVICE), torch.tensor(a, device="cuda")
+    x, tx = Tensor(a, device=DEVICE), torch.tensor(a, device=TORCH)
     np.testing.assert_allclose(x.softmax(-1).numpy(), tx.softmax(-1).cpu().numpy(), rtol=1e-4, atol=1e-7)
     ta = timeit(lambda: x.softmax(-1).realize(), sync)
-    tt = timeit(lambda: tx.softmax(-1), torch.cuda.synchronize)
+    tt = timeit(lambda: tx.softmax(-1), torch_sync)
     return report(f"softmax {rows}x{cols} f32 (read+write)", ta, tt, 2 * 4 * rows * cols / 1e9, "GB/s", peak)
 
 
@@ -100,14 +106,14 @@ def training_step(model: str, steps: int = 20) -> dict:
     for i in range(steps):
         trainer.step(i)
     ta = (time.perf_counter() - t0) / steps
-    tstep = torch_trainer(model, config)
+    tstep = torch_trainer(model, config, TORCH)
     for i in range(3):
         tstep(i)
-    torch.cuda.synchronize()
+    torch_sync()
     t0 = time.perf_counter()
     for i in range(steps):
         tstep(i)
-    torch.cuda.synchronize()
+    torch_sync()
     tt = (time.perf_counter() - t0) / steps
     print(f"{model + ' training step':<34} anneal {ta * 1e3:8.3f} ms | torch eager {tt * 1e3:8.3f} ms | "
           f"ratio {ta / tt:5.2f}x")  # fmt: skip
@@ -147,10 +153,10 @@ def transformer_step(steps: int = 20, layers: int = 2, heads: int = 4, dim: int 
         astep(x, y)
     sync()
     ta = (time.perf_counter() - t0) / steps
-    to = TorchOps("cuda")
-    tw = {k: torch.tensor(v, device="cuda", requires_grad=True) for k, v in w.items()}
+    to = TorchOps(TORCH)
+    tw = {k: torch.tensor(v, device=TORCH, requires_grad=True) for k, v in w.items()}
     topt = torch.optim.AdamW(list(tw.values()), lr=1e-3)
-    tx, ty = torch.tensor(data, device="cuda"), torch.tensor(target, device="cuda")
+    tx, ty = torch.tensor(data, device=TORCH), torch.tensor(target, device=TORCH)
 
     def tstep() -> None:
         topt.zero_grad()
@@ -160,11 +166,11 @@ def transformer_step(steps: int = 20, layers: int = 2, heads: int = 4, dim: int 
 
     for _ in range(3):
         tstep()
-    torch.cuda.synchronize()
+    torch_sync()
     t0 = time.perf_counter()
     for _ in range(steps):
         tstep()
-    torch.cuda.synchronize()
+    torch_sync()
     tt = (time.perf_counter() - t0) / steps
     print(f"{'2-layer transformer step':<34} anneal {ta * 1e3:8.3f} ms | torch eager {tt * 1e3:8.3f} ms | "
           f"ratio {ta / tt:5.2f}x")  # fmt: skip
@@ -203,12 +209,15 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--peak-gbs", type=float, default=None, help="the GPU's peak memory bandwidth in GB/s")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--torch-device", default="cuda")
     args = p.parse_args()
+    global TORCH
+    TORCH = args.torch_device
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     backend = runner(DEVICE).backend
     print(f"anneal webgpu on {backend.adapter.info['device']} ({backend.adapter.info['backend_type']}); "
-          f"torch {torch.__version__} on {torch.cuda.get_device_name()}")  # fmt: skip
+          f"torch {torch.__version__} on {torch.cuda.get_device_name() if TORCH == 'cuda' else TORCH}")  # fmt: skip
     results = [matmul(1024 if args.quick else 4096), elementwise(2**24 if args.quick else 2**26, args.peak_gbs),
                softmax(4096, 4096 if args.quick else 8192, args.peak_gbs), host_overhead()]  # fmt: skip
     for model in ("mlp", "conv"):

@@ -23,8 +23,8 @@ def torch_trainer(model: str, config: dict[str, Any], device: str = "cuda") -> C
     else:
         x, y = conv.make_images(config["samples"], config["noise"], rng)
         c = config["channels"]
-        net = nn.Sequential(nn.Conv2d(1, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(c, 2 * c, 3, padding=1),
-                            nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * c * 9, 4))  # fmt: skip
+        layers = [nn.Conv2d(1, c, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(c, 2 * c, 3, padding=1)]
+        net = nn.Sequential(*layers, nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(2 * c * 9, 4))
         loss_fn = nn.functional.cross_entropy
     net = net.to(device)
     opt = torch.optim.Adam(net.parameters(), lr=config["lr"])

@@ -15,4 +15,4 @@ from anneal_wgpu.testing import require_adapter
 
 @pytest.fixture(scope="session")
 def adapter() -> adapters.AdapterInfo:
-    return require_adapter()
+    return require_adapter(pytest.fail, pytest.skip)

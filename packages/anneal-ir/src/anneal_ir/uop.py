@@ -123,18 +123,25 @@ class UOp(metaclass=UOpMeta):
         return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
 
     # ---- derived, cached properties ----
+    def _sources_first(self, attr: str, compute: Any) -> None:
+        """Fill a cached property for every source first, without recursion: graphs can be deep."""
+        if all(attr in s.__dict__ for s in self.src):
+            return
+        for n in self.toposort()[:-1]:
+            if attr not in n.__dict__:
+                n.__dict__[attr] = compute(n)
+
     @cached_property
     def key(self) -> bytes:
         """Content hash: same structure and args -> same key, in any process."""
-        h = hashlib.sha256(f"{self.op.name}|{self.dtype.name}|{arg_repr(self.arg)}".encode())
-        for s in self.src:
-            h.update(s.key)
-        return h.digest()
+        self._sources_first("key", _content_key)
+        return _content_key(self)
 
     @cached_property
     def shape(self) -> Shape | None:
         from anneal_ir.shape import infer_shape
 
+        self._sources_first("shape", infer_shape)
         return infer_shape(self)
 
     @cached_property
@@ -143,16 +150,19 @@ class UOp(metaclass=UOpMeta):
         return math.prod(self.shape)
 
     @cached_property
+    def bounds(self) -> tuple[Any, Any]:
+        from anneal_ir.bounds import bounds
+
+        self._sources_first("bounds", bounds)
+        return bounds(self)
+
+    @property
     def vmin(self) -> int | float | bool:
-        from anneal_ir.bounds import bounds
+        return self.bounds[0]
 
-        return bounds(self)[0]
-
-    @cached_property
+    @property
     def vmax(self) -> int | float | bool:
-        from anneal_ir.bounds import bounds
-
-        return bounds(self)[1]
+        return self.bounds[1]
 
     def toposort(self) -> list[UOp]:
         """Every node under self, sources before users (iterative: graphs can be deep)."""
@@ -173,6 +183,13 @@ class UOp(metaclass=UOpMeta):
 
     def walk(self) -> Iterator[UOp]:
         yield from self.toposort()
+
+
+def _content_key(u: UOp) -> bytes:
+    h = hashlib.sha256(f"{u.op.name}|{u.dtype.name}|{arg_repr(u.arg)}".encode())
+    for s in u.src:
+        h.update(s.key)
+    return h.digest()
 
 
 def cast_value(value: Any, dtype: DType) -> Any:
