@@ -9,10 +9,14 @@ from anneal.registry import hookimpl
 
 @hookimpl
 def register_models(register: Callable[..., None]) -> None:
-    from anneal_models import conv, mlp
+    from anneal_models import bert, conv, llama, mlp, moe, nanogpt
 
     for name, module, summary in (
         ("mlp", mlp, "small MLP regression on a synthetic 2-D function"),
         ("conv", conv, "small ConvNet (im2col + one matmul) on synthetic oriented bars"),
+        ("nanogpt", nanogpt, "char GPT on tinyshakespeare: learned positions, LayerNorm, MHA, GELU, tied head"),
+        ("llama", llama, "char Llama on tinyshakespeare: RMSNorm, GQA + RoPE, SwiGLU, tied embeddings"),
+        ("moe", moe, "nanogpt with soft-routed expert FFNs and a load-balance loss, on tinyshakespeare"),
+        ("bert", bert, "bidirectional char encoder, masked-LM on tinyshakespeare"),
     ):
         register(name, build=module.build, summary=summary, defaults=module.DEFAULTS, presets=module.PRESETS)
