@@ -32,15 +32,18 @@ def torch_sync() -> None:
         torch.cuda.synchronize()
 
 
-def timeit(fn: Callable[[], object], sync_fn: Callable[[], None], runs: int = 10) -> float:
+def timeit(fn: Callable[[], object], sync_fn: Callable[[], None], runs: int = 10, reps: int = 3) -> float:
+    """Seconds per call: calls are queued back to back and synchronized once per batch, so the
+    cost of a host round trip (large for wgpu's buffer mapping) is not counted per call."""
     fn()
     sync_fn()
     best = float("inf")
-    for _ in range(runs):
+    for _ in range(reps):
         t0 = time.perf_counter()
-        fn()
+        for _ in range(runs):
+            fn()
         sync_fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, (time.perf_counter() - t0) / runs)
     return best
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,11 @@ class Buffer:
     def ensure(self) -> Any:
         if self.handle is None:
             self.handle = self.backend.allocate(self.size, self.dtype)
+            free = getattr(self.backend, "free", None)
+            if free is not None:
+                # Give the memory back to the backend's pool when this Buffer dies. A finalizer, not
+                # __del__: it holds the handle, so the handle cannot be finalized before it is pooled.
+                weakref.finalize(self, free, self.handle)
         return self.handle
 
     def copy_in(self, data: np.ndarray) -> Buffer:

@@ -392,7 +392,20 @@ class WGSLRenderer:
         t = self.ctype(c.reduce)
         a_lines, a_val = self.inline(c.a, obound | {c.m: "am", c.k: "ak"})
         b_lines, b_val = self.inline(c.b, obound | {c.n: "bn", c.k: "bk"})
-        epilogue = self.store_value(store, obound | {c.m: "m", c.n: "n", c.reduce: "acc[i * RN + j]"})
+        epilogue_lines = []
+        for i in range(rm):
+            for j in range(rn):
+                stored = self.store_value(store, obound | {c.m: f"m{i}", c.n: f"n{j}", c.reduce: f"c_{i}_{j}"})
+                epilogue_lines += [
+                    f"  if (m{i} < {m_end} && n{j} < {n_end}) {{",
+                    *("    " + ln for ln in stored),
+                    "  }",
+                ]
+        epilogue_lines = [
+            *(f"  let m{i}: i32 = tile_m * TM + ty * RM + {i};" for i in range(rm)),
+            *(f"  let n{j}: i32 = tile_n * TN + tx * RN + {j};" for j in range(rn)),
+            *epilogue_lines,
+        ]
         zero = literal(0, c.reduce.dtype, self.f16)
         loads_a, loads_b = math.ceil(tm * tk / self.workgroup), math.ceil(tn * tk / self.workgroup)
         body = [
@@ -408,7 +421,8 @@ class WGSLRenderer:
             *("  " + ln for ln in self.split("outer", outer, onames)),
             f"  let tx: i32 = lid % {tx_count};",
             f"  let ty: i32 = lid / {tx_count};",
-            f"  var acc: array<{t}, {rm * rn}>;",
+            # the register tile: RM x RN scalars (constant names, so they live in registers)
+            *(f"  var c_{i}_{j}: {t} = {zero};" for i in range(rm) for j in range(rn)),
             f"  for (var k0: i32 = 0; k0 < {k_end}; k0 += TK) {{",
             f"    for (var e: i32 = 0; e < {loads_a}; e++) {{",
             f"      let f: i32 = lid + e * {self.workgroup};",
@@ -438,25 +452,19 @@ class WGSLRenderer:
             "    }",
             "    workgroupBarrier();",
             "    for (var kk: i32 = 0; kk < TK; kk++) {",
-            f"      var af: array<{t}, {rm}>;",
-            f"      var bf: array<{t}, {rn}>;",
-            "      for (var i: i32 = 0; i < RM; i++) { af[i] = As[kk * TM + ty * RM + i]; }",
-            "      for (var j: i32 = 0; j < RN; j++) { bf[j] = Bs[kk * TN + tx * RN + j]; }",
-            "      for (var i: i32 = 0; i < RM; i++) {",
-            "        for (var j: i32 = 0; j < RN; j++) { acc[i * RN + j] = acc[i * RN + j] + af[i] * bf[j]; }",
-            "      }",
+            *(f"      let a{i}: {t} = As[kk * TM + ty * RM + {i}];" for i in range(rm)),
+            *(f"      let b{j}: {t} = Bs[kk * TN + tx * RN + {j}];" for j in range(rn)),
+            *(
+                f"      c_{i}_{j} = fma(a{i}, b{j}, c_{i}_{j});"
+                if t in ("f32", "f16")
+                else f"      c_{i}_{j} = c_{i}_{j} + a{i} * b{j};"
+                for i in range(rm)
+                for j in range(rn)
+            ),
             "    }",
             "    workgroupBarrier();",
             "  }",
-            "  for (var i: i32 = 0; i < RM; i++) {",
-            "    for (var j: i32 = 0; j < RN; j++) {",
-            "      let m: i32 = tile_m * TM + ty * RM + i;",
-            "      let n: i32 = tile_n * TN + tx * RN + j;",
-            f"      if (m < {m_end} && n < {n_end}) {{",
-            *("        " + ln for ln in epilogue),
-            "      }",
-            "    }",
-            "  }",
+            *epilogue_lines,
             "}",
         ]
         return body, outer_total * tiles_m * tiles_n

@@ -103,6 +103,9 @@ class WebGPUBackend:
         self.encoder: Any = None
         self.bind_groups: dict[tuple, Any] = {}
         self._fence: Any = None
+        self.pool: dict[int, list[Any]] = {}  # freed wgpu buffers by byte size
+        self.pooled_bytes = 0
+        self.pool_limit = 1 << 32
 
     # ---- memory ----
     def allocate(self, size: int, dtype: DType) -> GPUBuffer:
@@ -111,8 +114,20 @@ class WebGPUBackend:
         if nbytes > self.limits.max_binding_size:
             raise WebGPUError(f"a buffer of {size} {dtype.name} ({nbytes} bytes) exceeds the device's max storage "
                               f"binding size of {self.limits.max_binding_size} bytes")  # fmt: skip
+        pooled = self.pool.get(nbytes)
+        if pooled:
+            self.pooled_bytes -= nbytes
+            return GPUBuffer(pooled.pop(), size, dtype, storage)
         usage = self.wgpu.BufferUsage.STORAGE | self.wgpu.BufferUsage.COPY_SRC | self.wgpu.BufferUsage.COPY_DST
         return GPUBuffer(self.device.create_buffer(size=nbytes, usage=usage), size, dtype, storage)
+
+    def free(self, handle: GPUBuffer) -> None:
+        """Keep the memory for the next allocation of the same size. Work already recorded that
+        uses it runs first: the queue keeps order, so reuse is safe."""
+        nbytes = handle.buffer.size
+        if self.pooled_bytes + nbytes <= self.pool_limit:
+            self.pool.setdefault(nbytes, []).append(handle.buffer)
+            self.pooled_bytes += nbytes
 
     def copy_in(self, handle: GPUBuffer, data: np.ndarray) -> None:
         self.flush()  # dispatches recorded so far must see the old contents
