@@ -92,7 +92,8 @@ def choose_opts(ast: UOp, limits: Limits) -> KernelOpts:
     c = find_contraction(ast, deps)
     if c is not None and _end(c.m) >= 32 and _end(c.n) >= 32 and _end(c.k) >= 16:
         tm = tn = 128 if _end(c.m) >= 128 and _end(c.n) >= 128 and outputs >= (1 << 20) else 64
-        tk, rm, rn = 16, tm // 16, tn // 16
+        rm, rn = tm // 16, tn // 16
+        tk = 32 if (tm + tn) * 32 * 4 <= limits.max_shared_memory else 16
         shared = (tm + tn) * tk * 4
         if (tm // rm) * (tn // rn) <= limits.max_workgroup_invocations and shared <= limits.max_shared_memory:
             return KernelOpts("tile", (tm // rm) * (tn // rn), (tm, tn, tk), (rm, rn), c)

@@ -402,8 +402,8 @@ class WGSLRenderer:
                     "  }",
                 ]
         epilogue_lines = [
-            *(f"  let m{i}: i32 = tile_m * TM + ty * RM + {i};" for i in range(rm)),
-            *(f"  let n{j}: i32 = tile_n * TN + tx * RN + {j};" for j in range(rn)),
+            *(f"  let m{i}: i32 = tile_m * TM + ty + {i * (tm // rm)};" for i in range(rm)),
+            *(f"  let n{j}: i32 = tile_n * TN + tx + {j * (tn // rn)};" for j in range(rn)),
             *epilogue_lines,
         ]
         zero = literal(0, c.reduce.dtype, self.f16)
@@ -452,8 +452,10 @@ class WGSLRenderer:
             "    }",
             "    workgroupBarrier();",
             "    for (var kk: i32 = 0; kk < TK; kk++) {",
-            *(f"      let a{i}: {t} = As[kk * TM + ty * RM + {i}];" for i in range(rm)),
-            *(f"      let b{j}: {t} = Bs[kk * TN + tx * RN + {j}];" for j in range(rn)),
+            # invocation (tx, ty) owns rows ty + i*TM/RM and columns tx + j*TN/RN: neighbouring
+            # invocations read neighbouring shared-memory words (no bank conflicts)
+            *(f"      let a{i}: {t} = As[kk * TM + ty + {i * (tm // rm)}];" for i in range(rm)),
+            *(f"      let b{j}: {t} = Bs[kk * TN + tx + {j * (tn // rn)}];" for j in range(rn)),
             *(
                 f"      c_{i}_{j} = fma(a{i}, b{j}, c_{i}_{j});"
                 if t in ("f32", "f16")
