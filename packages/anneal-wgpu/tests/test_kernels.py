@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -126,3 +127,19 @@ def test_synchronize_waits_for_submitted_work(runner: Runner) -> None:
     (buf,) = runner.realize([tensor(runner, a) * 3.0])
     runner.backend.synchronize()  # must return (and not raise) with work in flight
     np.testing.assert_allclose(buf.numpy(), a * 3.0, rtol=1e-6)
+
+
+def test_beam_search_picks_a_correct_candidate_and_caches_it(adapter: object, tmp_path: object) -> None:
+    from anneal_ir.settings import Settings
+    from anneal_wgpu.runtime import WebGPUBackend
+
+    settings = Settings(beam=6, cache_dir=str(tmp_path))
+    searching = Runner("webgpu", WebGPUBackend(settings))
+    a, b = rng.standard_normal((40, 48)).astype(np.float32), rng.standard_normal((48, 36)).astype(np.float32)
+    out = run(searching, matmul(tensor(searching, a), tensor(searching, b)))
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    cache = tmp_path / "beam.json"  # type: ignore[operator]
+    assert cache.exists() and len(json.loads(cache.read_text())) == 1
+    cached = Runner("webgpu", WebGPUBackend(settings))  # a new process would load the winner, not search
+    prog = cached.backend.compile("k0", next(iter(searching.programs.values())).ast)
+    assert prog.tuned and prog.kernel.strategy == next(iter(searching.programs.values())).kernel.strategy

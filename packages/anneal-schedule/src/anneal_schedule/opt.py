@@ -92,9 +92,8 @@ def choose_opts(ast: UOp, limits: Limits) -> KernelOpts:
     c = find_contraction(ast, deps)
     if c is not None and _end(c.m) >= 32 and _end(c.n) >= 32 and _end(c.k) >= 16:
         tm = tn = 128 if _end(c.m) >= 128 and _end(c.n) >= 128 and outputs >= (1 << 20) else 64
-        rm, rn = tm // 16, tn // 16
-        tk = 32 if (tm + tn) * 32 * 4 <= limits.max_shared_memory else 16
-        shared = (tm + tn) * tk * 4
+        tk, rm, rn = 16, tm // 16, tn // 16  # TK=32 measured slower on an H200 (benchmarks/RESULTS.md)
+        shared = (tm + 1 + tn) * tk * 4
         if (tm // rm) * (tn // rn) <= limits.max_workgroup_invocations and shared <= limits.max_shared_memory:
             return KernelOpts("tile", (tm // rm) * (tn // rn), (tm, tn, tk), (rm, rn), c)
     reduces = [n for n in deps if n.op is Ops.REDUCE]
@@ -105,3 +104,29 @@ def choose_opts(ast: UOp, limits: Limits) -> KernelOpts:
         if size >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
             return KernelOpts("group", local)
     return KernelOpts("flat", local)
+
+
+def candidate_opts(ast: UOp, limits: Limits) -> list[KernelOpts]:
+    """The heuristic's choice first, then the variants a BEAM search times on the device."""
+    first = choose_opts(ast, limits)
+    out = [first]
+    max_local = min(limits.max_workgroup_invocations, limits.max_workgroup_size[0])
+    locals_ = [n for n in (64, 128, 256, 512, 1024) if n <= max_local]
+    deps = ranges_of(ast)
+    c = find_contraction(ast, deps)
+    if c is not None and first.strategy == "tile":
+        for tm, tn in ((64, 64), (128, 128), (128, 64), (64, 128)):
+            for tk in (8, 16, 32):
+                for rm, rn in ((4, 4), (8, 8), (8, 4), (4, 8)):
+                    threads = (tm // rm) * (tn // rn)
+                    if threads > max_local or threads < 32 or (tm + 1 + tn) * tk * 4 > limits.max_shared_memory:
+                        continue
+                    out.append(KernelOpts("tile", threads, (tm, tn, tk), (rm, rn), c))
+    if first.strategy == "group" or any(n.op is Ops.REDUCE for n in deps):
+        out += [KernelOpts("group", n) for n in locals_ if limits.max_shared_memory >= n * 4]
+    out += [KernelOpts("flat", n) for n in locals_]
+    unique: list[KernelOpts] = []
+    for o in out:
+        if o not in unique:
+            unique.append(o)
+    return unique

@@ -411,7 +411,7 @@ class WGSLRenderer:
         body = [
             f"const TM: i32 = {tm}; const TN: i32 = {tn}; const TK: i32 = {tk};",
             f"const RM: i32 = {rm}; const RN: i32 = {rn};",
-            f"var<workgroup> As: array<{t}, {tm * tk}>;  // [TK][TM]",
+            f"var<workgroup> As: array<{t}, {(tm + 1) * tk}>;  // [TK][TM + 1]: the pad spreads stores over banks",
             f"var<workgroup> Bs: array<{t}, {tn * tk}>;  // [TK][TN]",
             *self.entry(),
             f"  if (w >= {outer_total * tiles_m * tiles_n}) {{ return; }}  // uniform: the whole workgroup leaves",
@@ -434,7 +434,7 @@ class WGSLRenderer:
             *("          " + ln for ln in a_lines),
             f"          av = {a_val};",
             "        }",
-            "        As[(f % TK) * TM + f / TK] = av;",
+            "        As[(f % TK) * (TM + 1) + f / TK] = av;",
             "      }",
             "    }",
             f"    for (var e: i32 = 0; e < {loads_b}; e++) {{",
@@ -454,7 +454,7 @@ class WGSLRenderer:
             "    for (var kk: i32 = 0; kk < TK; kk++) {",
             # invocation (tx, ty) owns rows ty + i*TM/RM and columns tx + j*TN/RN: neighbouring
             # invocations read neighbouring shared-memory words (no bank conflicts)
-            *(f"      let a{i}: {t} = As[kk * TM + ty + {i * (tm // rm)}];" for i in range(rm)),
+            *(f"      let a{i}: {t} = As[kk * (TM + 1) + ty + {i * (tm // rm)}];" for i in range(rm)),
             *(f"      let b{j}: {t} = Bs[kk * TN + tx + {j * (tn // rn)}];" for j in range(rn)),
             *(
                 f"      c_{i}_{j} = fma(a{i}, b{j}, c_{i}_{j});"

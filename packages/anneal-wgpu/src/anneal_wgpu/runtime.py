@@ -11,14 +11,17 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anneal_ir import DType, UOp, dtypes
+from anneal_ir.settings import Settings
 from anneal_schedule.backend import Limits
-from anneal_schedule.opt import choose_opts
+from anneal_schedule.opt import KernelOpts, choose_opts
 from anneal_wgpu.adapters import select_adapter
+from anneal_wgpu.beam import BeamCache, reads_own_output, search
 from anneal_wgpu.render import Kernel, render_wgsl, storage_type
 
 _STORAGE_NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "u32": np.uint32}
@@ -29,6 +32,7 @@ class WebGPUError(RuntimeError):
 
 
 _buffer_ids = itertools.count()
+_program_ids = itertools.count()
 
 
 @dataclass
@@ -47,6 +51,9 @@ class WebGPUProgram:
     kernel: Kernel
     pipeline: Any
     layout: Any
+    ast: UOp
+    tuned: bool = True  # False: ANNEAL_BEAM searches its strategy on the first run
+    uid: int = field(default_factory=lambda: next(_program_ids))  # per pipeline; bind groups are cached by it
 
 
 def to_storage(data: np.ndarray, dtype: DType, storage: str) -> np.ndarray:
@@ -71,9 +78,13 @@ def from_storage(data: np.ndarray, dtype: DType) -> np.ndarray:
 class WebGPUBackend:
     name = "webgpu"
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings | None = None) -> None:
         import wgpu
 
+        settings = settings or Settings.from_env()
+        self.beam = settings.beam
+        cache_root = Path(settings.cache_dir or Path.home() / ".cache" / "anneal")
+        self.beam_cache = BeamCache(cache_root / "beam.json") if self.beam > 0 else None
         self.wgpu = wgpu
         adapter = select_adapter()
         self.adapter = adapter
@@ -145,7 +156,15 @@ class WebGPUBackend:
 
     # ---- programs ----
     def compile(self, name: str, ast: UOp) -> WebGPUProgram:
-        kernel = render_wgsl(name, ast, self.f16, self.workgroup, choose_opts(ast, self.limits))
+        opts = None
+        if self.beam_cache is not None:
+            opts = self.beam_cache.get(self._beam_key(ast), ast)
+        prog = self.build(name, ast, opts or choose_opts(ast, self.limits))
+        prog.tuned = opts is not None or self.beam_cache is None or reads_own_output(ast)
+        return prog
+
+    def build(self, name: str, ast: UOp, opts: KernelOpts) -> WebGPUProgram:
+        kernel = render_wgsl(name, ast, self.f16, self.workgroup, opts)
         try:
             module = self.device.create_shader_module(code=kernel.source)
             pipeline = self.device.create_compute_pipeline(
@@ -153,10 +172,23 @@ class WebGPUBackend:
             )
         except Exception as exc:  # wgpu raises its own validation errors: name the kernel
             raise WebGPUError(f"kernel {name} failed to compile: {type(exc).__name__}: {exc}\n{kernel.source}") from exc
-        return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0))
+        return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0), ast)
+
+    def _beam_key(self, ast: UOp) -> str:
+        return f"{self.adapter.info['device']}|{ast.key.hex()}"
+
+    def _tune(self, program: WebGPUProgram, buffers: list[GPUBuffer]) -> None:
+        """ANNEAL_BEAM: search once, on the first run (real buffers), then keep the winner."""
+        assert self.beam_cache is not None
+        best = search(self, program, program.ast, buffers, self.beam)
+        winner = self.build(program.name, program.ast, best)
+        program.source, program.kernel, program.pipeline = winner.source, winner.kernel, winner.pipeline
+        program.layout, program.uid = winner.layout, winner.uid
+        program.tuned = True
+        self.beam_cache.put(self._beam_key(program.ast), best)
 
     def _bind_group(self, prog: WebGPUProgram, buffers: list[GPUBuffer]) -> Any:
-        key = (id(prog), *(b.uid for b in buffers))  # programs live as long as the backend; buffers do not
+        key = (prog.uid, *(b.uid for b in buffers))  # uids, never reused (unlike id())
         bg = self.bind_groups.get(key)
         if bg is None:
             entries = [{"binding": arg, "resource": {"buffer": buffers[arg].buffer, "offset": 0,
@@ -169,6 +201,9 @@ class WebGPUBackend:
         return bg
 
     def run(self, program: WebGPUProgram, buffers: list[GPUBuffer], var_values: dict[str, int]) -> None:
+        if not program.tuned:
+            program.tuned = True  # before searching: the search itself runs the program
+            self._tune(program, buffers)
         k = program.kernel
         groups = k.groups
         if groups == 0:

@@ -1,0 +1,90 @@
+"""ANNEAL_BEAM: time a kernel's candidate strategies on the device and keep the fastest.
+
+Each candidate's output is checked against the heuristic's before it may win, and the
+winner is cached on disk (per adapter and kernel content hash), so the search runs once.
+Kernels that read their own output (in-place updates) are never searched: running them
+repeatedly would change the result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anneal_ir import Ops, UOp
+from anneal_schedule.opt import KernelOpts, candidate_opts, find_contraction, ranges_of
+
+if TYPE_CHECKING:
+    from anneal_wgpu.runtime import GPUBuffer, WebGPUBackend, WebGPUProgram
+
+
+def reads_own_output(ast: UOp) -> bool:
+    out = ast.src[0].src[0]
+    return any(n.op is Ops.LOAD and n.src[0] is out for n in ast.toposort())
+
+
+class BeamCache:
+    """Winners on disk: {"<adapter>|<kernel key>": [strategy, local, tile, upcast]}."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.entries: dict[str, list[Any]] = {}
+        if path.exists():
+            try:
+                self.entries = json.loads(path.read_text())
+            except (OSError, ValueError):
+                self.entries = {}  # a damaged cache only costs a new search
+
+    def get(self, key: str, ast: UOp) -> KernelOpts | None:
+        found = self.entries.get(key)
+        if found is None:
+            return None
+        strategy, local, tile, upcast = found
+        contraction = find_contraction(ast, ranges_of(ast)) if strategy == "tile" else None
+        return KernelOpts(strategy, local, tuple(tile), tuple(upcast), contraction)
+
+    def put(self, key: str, opts: KernelOpts) -> None:
+        self.entries[key] = [opts.strategy, opts.local, list(opts.tile), list(opts.upcast)]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".beam")
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.entries, f)
+        os.replace(tmp, self.path)
+
+
+def _time(backend: WebGPUBackend, prog: WebGPUProgram, buffers: list[GPUBuffer], reps: int) -> float:
+    backend.run(prog, buffers, {})
+    backend.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        backend.run(prog, buffers, {})
+    backend.synchronize()
+    return (time.perf_counter() - t0) / reps
+
+
+def search(backend: WebGPUBackend, prog: WebGPUProgram, ast: UOp, buffers: list[GPUBuffer], width: int) -> KernelOpts:
+    """Time up to ``width`` candidates (the heuristic's first); return the fastest correct one."""
+    out = buffers[0]
+    candidates = candidate_opts(ast, backend.limits)[: max(width, 1)]
+    backend.run(prog, buffers, {})
+    reference = backend.copy_out(out, out.size, out.dtype)
+    best, best_time = candidates[0], _time(backend, prog, buffers, 3)
+    for opts in candidates[1:]:
+        try:
+            trial = backend.build(prog.name, ast, opts)
+        except Exception:  # a candidate the device refuses is just not a candidate
+            continue
+        backend.run(trial, buffers, {})
+        got = backend.copy_out(out, out.size, out.dtype)
+        if not np.allclose(got, reference, rtol=1e-3, atol=1e-5, equal_nan=True):
+            continue
+        elapsed = _time(backend, trial, buffers, 3)
+        if elapsed < best_time:
+            best, best_time = opts, elapsed
+    return best
