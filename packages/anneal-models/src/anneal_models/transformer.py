@@ -341,6 +341,7 @@ class LMTrainer(SupervisedTrainer):
         """Runs step i; returns its language-model loss (parts["lm"]: without auxiliary terms)."""
         for g in self.optimizer.param_groups:
             g["lr"] = self.lr_at(i)
+        self.optimizer.sync_lr()  # into the lr buffers, which a jit replay reads (it runs no optimizer code)
         outs = self._step(*self._device_batch(i), self._seed(i))
         values = [float(o.item()) for o in outs]
         self.parts = dict(zip(self.part_names, values[1:]))
