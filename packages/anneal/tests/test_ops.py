@@ -1177,3 +1177,26 @@ def test_unknown_device_names_registered_ones() -> None:
     assert "no-such-device" in msg and all(name in msg for name in registered), msg
     with pytest.raises(DeviceError):
         Tensor.zeros(2, device="no-such-device")
+
+
+# ---- bfloat16: storage dtype, computed in float32 and rounded on store (as torch rounds each op's result) ----
+
+BF16_CASES = {
+    "add_scalar": lambda x: x + 1,
+    "mul_chain": lambda x: x * x * 0.1,
+    "exp": lambda x: x.exp(),
+    "sum": lambda x: x.sum(-1),
+    "matmul": lambda x: x @ x.T,
+    "to_float": lambda x: x.float() * 1.001,
+}
+
+
+@pytest.mark.parametrize("name", list(BF16_CASES))
+def test_bfloat16_matches_torch(name: str) -> None:
+    data = np.random.default_rng(3).uniform(-3, 3, (4, 8)).astype(np.float32)
+    fn = BF16_CASES[name]
+    got = fn(Tensor(data, dtype=dtypes.bfloat16, device=DEV))
+    ref = fn(torch.tensor(data, dtype=torch.bfloat16))
+    assert got.dtype.name == _torch_dtype_name(ref.dtype)
+    got_values = got.float().numpy() if got.dtype == dtypes.bfloat16 else got.numpy()
+    np.testing.assert_allclose(got_values, ref.float().numpy(), rtol=1e-2, atol=1e-2)  # bf16 has 8 bits of mantissa

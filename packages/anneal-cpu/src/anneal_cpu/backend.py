@@ -22,6 +22,20 @@ def _cast(x: Any, dtype: Any) -> Any:
     return np.asarray(x).astype(dtype)
 
 
+def _bf16_to_f32(bits: Any) -> Any:
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(x: Any) -> Any:
+    """Round to nearest even, keep the top 16 bits (as torch does)."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _round_bf16(x: Any) -> Any:
+    return _bf16_to_f32(_f32_to_bf16(x))
+
+
 def _view(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
     """A strided view of a flat buffer (the ndarray constructor: ten times cheaper than as_strided)."""
     return np.ndarray(shape, buf.dtype, buf, offset * buf.itemsize, strides)
@@ -53,7 +67,16 @@ def _contract(a: np.ndarray, sa: str, b: np.ndarray, sb: str, so: str) -> np.nda
     return out.transpose([order.index(c) for c in so])
 
 
-_NAMESPACE = {"np": np, "_idiv": _idiv, "_cast": _cast, "_view": _view, "_contract": _contract}
+_NAMESPACE = {
+    "np": np,
+    "_idiv": _idiv,
+    "_cast": _cast,
+    "_view": _view,
+    "_contract": _contract,
+    "_bf16_to_f32": _bf16_to_f32,
+    "_f32_to_bf16": _f32_to_bf16,
+    "_round_bf16": _round_bf16,
+}
 
 
 @dataclass

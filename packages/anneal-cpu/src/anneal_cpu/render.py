@@ -58,6 +58,9 @@ _UNARY = {
 
 
 def np_name(d: DType) -> str:
+    """The numpy type a value of d is computed in (bfloat16 computes in float32)."""
+    if d == dtypes.bfloat16:
+        return "np.float32"
     return "np.bool_" if d == dtypes.bool else f"np.{d.np.name}"
 
 
@@ -148,6 +151,9 @@ class Renderer:
         return tuple(e if i in axes else 1 for i, e in enumerate(self.ends))
 
     def emit(self, u: UOp, expr: str, deps: frozenset[int]) -> None:
+        if u.dtype == dtypes.bfloat16 and u.op in (Ops.LOAD, Ops.CAST):
+            # bfloat16 is storage: bits in memory, float32 in the kernel (rounded where cast to it and when stored)
+            expr = f"_bf16_to_f32({expr})" if u.op is Ops.LOAD else f"_round_bf16({expr})"
         name = f"v{len(self.names)}"
         self.lines.append(f"{name} = {expr}")
         self.names[u] = name
@@ -234,16 +240,17 @@ class Renderer:
 
     def render_store(self, u: UOp) -> None:
         buf, idx, value = f"b{u.src[0].arg}", u.src[1], u.src[2]
+        stored = self.ref(value) if u.src[0].dtype != dtypes.bfloat16 else f"_f32_to_bf16({self.ref(value)})"
         aff = affine(idx, self.axis_of)
         if aff is not None:
             expr, axes = self.view(buf, aff, u.src[0].dtype.itemsize)
             self.lines.append(f"out = {expr}")
-            self.lines.append(f"np.copyto(out, {self.ref(value)}, casting='unsafe')")
+            self.lines.append(f"np.copyto(out, {stored}, casting='unsafe')")
             return
         axes = self.deps[idx] | self.deps[value]
         shape = self.shape_for(axes)
         target = f"{buf}[np.broadcast_to({self.ref(idx)}, {shape})]"
-        self.lines.append(f"{target} = np.broadcast_to({self.ref(value)}, {shape})")
+        self.lines.append(f"{target} = np.broadcast_to({stored}, {shape})")
 
     def render_reduce(self, u: UOp) -> None:
         value, ranges = u.src[0], u.src[1:]
