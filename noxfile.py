@@ -3,6 +3,7 @@
     nox                          # everything
     nox -t anneal-ir             # one package's tests (tag = distribution name)
     nox -s integration lint      # cross-package tests, ruff
+    nox -s webgpu                # the op/gradient suites on the WebGPU backend
     nox --force-python 3.11      # what CI runs: the sessions declare 3.11-3.13, machines have 3.11
 
 Each package's tests run in its own directory, in a venv holding that package and its
@@ -96,6 +97,15 @@ def integration(session: nox.Session) -> None:
     """Cross-package tests (tests/): every package installed, plugin fixtures, dependency rules."""
     install_editable(session, PACKAGES, *TEST_TOOLS, TORCH)
     pytest(session, ROOT / "tests", "integration")
+
+
+@nox.session(python=PYTHONS[0], tags=["webgpu"])
+def webgpu(session: nox.Session) -> None:
+    """The op, gradient and JVP suites again, on the WebGPU backend (lavapipe in CI)."""
+    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH)
+    suites = ["tests/test_ops.py", "tests/test_grad.py", "tests/test_jvp.py", "tests/test_models_forward.py"]
+    with session.chdir(ROOT / "packages" / "anneal"):
+        session.run("pytest", *suites, *session.posargs, env={"ANNEAL_DEVICE": "webgpu"})
 
 
 @nox.session(python=PYTHONS[0], tags=["lint"])

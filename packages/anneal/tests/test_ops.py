@@ -21,19 +21,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
+from devices import DEV, HAS_F64, WIDE
 
 import anneal
 import anneal.nn.functional as AF
 from anneal import Tensor, dtypes
 from anneal.registry import DeviceError, backend_names
-from anneal_ir import Settings
 
-# the whole suite runs on any backend: ANNEAL_DEVICE=webgpu selects another one
-DEV = Settings.from_env().device if Settings.from_env().device != "auto" else "cpu"
-# WGSL has no 64-bit floats: on webgpu (as on torch's MPS) float64 is refused, so the cases that
-# exercise a wide float use float32 there; test_float64_support checks both behaviours.
-HAS_F64 = DEV != "webgpu"
-WIDE = "float64" if HAS_F64 else "float32"
+# the whole suite runs on any backend: ANNEAL_DEVICE=webgpu selects another one (see devices.py)
 
 TORCH = SimpleNamespace(name="torch", F=TF, cat=torch.cat, stack=torch.stack, where=torch.where, matmul=torch.matmul,
                         dt=lambda n: getattr(torch, n), cast=lambda x, n: x.to(getattr(torch, n)),
