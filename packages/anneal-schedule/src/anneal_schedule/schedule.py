@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anneal_ir import DType, Ops, UOp, dtypes, graph_rewrite
+from anneal_ir import DType, GroupOp, Ops, UOp, dtypes, graph_rewrite
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
 from anneal_schedule.simplify import simplify_kernel
 
@@ -144,7 +144,8 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
             return True
         if u.op is Ops.REDUCE_AXIS:
             return through_broadcast or consumers[u] > 1
-        return False
+        # an expensive elementwise chain read by several consumers is computed once, not in each of them
+        return consumers[u] > 1 and u.op in GroupOp.ALU and _expensive(u)
 
     def materialized(u: UOp) -> int | None:
         slot = slot_of.get(u)
@@ -215,6 +216,25 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     outputs = [slots[i] for i in range(len(sink.src))]
     return Schedule(tuple(kernels), n_inputs, tuple(buffers), tuple(outputs),
                     plan_memory(kernels, n_inputs, buffers, set(outputs)))  # fmt: skip
+
+
+RECOMPUTE_LIMIT = 24  # ALU ops an elementwise chain may have and still be recomputed by each reader
+
+
+def _expensive(u: UOp, limit: int = RECOMPUTE_LIMIT) -> bool:
+    """Does computing u inside a reader's kernel take more than limit distinct ALU ops?"""
+    seen: set[UOp] = set()
+    stack, count = [u], 0
+    while stack:
+        n = stack.pop()
+        if n in seen or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.ASSIGN, Ops.CONST):
+            continue  # read from memory (or a constant): never recomputed by a reader
+        seen.add(n)
+        count += n.op in GroupOp.ALU
+        if count > limit:
+            return True
+        stack.extend(n.src)
+    return False
 
 
 def _old_value_reads(assign: UOp, slot_of: dict[UOp, int]) -> set[int]:
