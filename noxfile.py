@@ -128,4 +128,5 @@ def demo(session: nox.Session) -> None:
     """Install everything as a user would and run the main job."""
     install_editable(session, PACKAGES)
     session.run("anneal", "--version")
+    session.run("anneal", "train", "mlp", "--preset", "tiny", "--plain", "--device", "cpu")
     session.run("anneal", "doctor")
