@@ -189,14 +189,14 @@ def test_jit_replay_matches_eager_steps() -> None:
 
 
 def test_resumed_run_continues_exactly() -> None:
-    cfg = config(moe, dropout=0.1)
-    a = moe.build(cfg, "cpu")
+    cfg = config(nanogpt, dropout=0.1)
+    a = nanogpt.build(cfg, "cpu")
     if not hasattr(a, "state_dict"):
         pytest.skip("this anneal_models' trainer has no checkpoints")
     full = [a.step(i) for i in range(7)]
-    b = moe.build(cfg, "cpu")
+    b = nanogpt.build(cfg, "cpu")
     first = [b.step(i) for i in range(4)]
-    c = moe.build(cfg, "cpu")
+    c = nanogpt.build(cfg, "cpu")
     c.load_state_dict(b.state_dict())
     assert c.steps_done == 4 and c.lr() == a.lr_at(4)
     np.testing.assert_allclose(full, first + [c.step(i) for i in range(4, 7)], rtol=1e-6)
