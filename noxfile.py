@@ -33,7 +33,7 @@ PACKAGES = [
     "anneal-cli",
 ]
 TORCH = "torch==2.13.0"  # the CPU wheel; pip finds it through PIP_FIND_LINKS
-TORCH_USERS = {"anneal", "anneal-cpu", "anneal-autodiff", "anneal-schedule"}
+TORCH_USERS = {"anneal", "anneal-cpu", "anneal-autodiff", "anneal-schedule", "anneal-models"}
 TEST_TOOLS = ["pytest", "hypothesis"]
 PYTEST_NO_TESTS = 5
 TYPED = ["anneal_ir", "anneal_wgpu", "anneal_models", "anneal_cli"]  # add the others as they gain modules

@@ -78,7 +78,8 @@ def test_doctor_reports_adapter_or_the_fix(cli: AnnealGroup, runner: CliRunner) 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="hides Vulkan drivers the Linux way")
 def test_doctor_without_a_vulkan_driver_names_the_fix() -> None:
-    pytest.importorskip("anneal_wgpu")
+    import anneal_wgpu  # noqa: F401 - anneal-cli's tests install its wgpu extra
+
     # VK_ICD_FILENAMES pointing nowhere makes the Vulkan loader find no driver at all.
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANNEAL_")}
     env["VK_ICD_FILENAMES"] = env["VK_DRIVER_FILES"] = "/nonexistent/icd.json"
