@@ -734,3 +734,12 @@ def test_dtype_bounds_helper_is_what_rules_trust() -> None:
     assert dtype_bounds(I8) == (-128, 127)
     v = var("v", 0, 100, I8)
     assert (v * 2).vmin == -128  # may wrap: bounds say nothing
+
+
+def test_resplit_of_a_flattened_index_folds() -> None:
+    """(r0*65 + r2) // 4160 with r2 < 65 is r0 // 64: an embedding's one-hot index re-split (a nanogpt kernel)."""
+    r0, r2 = rng(768, 0), rng(65, 2)
+    assert simplify((r0 % 64) + ((r0 * 65 + r2) // 4160) * 64) is r0
+    assert simplify((r0 * 65 + r2) // 4160) is simplify(r0 // 64)
+    mod = simplify((r0 * 65 + r2) % 4160)
+    assert mod is simplify((r0 % 64) * 65 + r2)

@@ -692,6 +692,9 @@ def _fold_nonneg(coefs: dict[UOp, int], const: int, c: int, op: Ops, dtype: DTyp
             if op is Ops.IDIV:
                 return _build_sum({b: (k - rem[b]) // c for b, k in coefs.items()}, j, dtype)
             return _build_sum(rem, const - j * c, dtype)
+    nested = _nested_div_mod(coefs, const, c, op, dtype)
+    if nested is not None:
+        return nested
     rem = _scaled(coefs, lambda k: k % c)
     quo = _scaled(coefs, lambda k: k // c)
     rc, qc = const % c, const // c
@@ -710,6 +713,28 @@ def _fold_nonneg(coefs: dict[UOp, int], const: int, c: int, op: Ops, dtype: DTyp
             return None
         return quotient + UOp(Ops.IDIV, dtype, (small, cg))
     return UOp(Ops.MOD, dtype, (small, cg)) * g + rc % g
+
+
+def _nested_div_mod(coefs: dict[UOp, int], const: int, c: int, op: Ops, dtype: DType) -> UOp | None:
+    """x = k*A + B with k | c, A >= 0 and 0 <= B < k:  x // c = A // (c/k),  x % c = (A % (c/k))*k + B.
+
+    A re-split of a flattened index: (r0*65 + r2) // 4160 with r2 < 65 is r0 // 64."""
+    for k in sorted({v for v in coefs.values() if v > 1}, reverse=True):
+        if k >= c or c % k:
+            continue
+        outer = {b: v // k for b, v in coefs.items() if v % k == 0}
+        inner = {b: v for b, v in coefs.items() if v % k}
+        lo, hi = _sum_bounds(inner, const)
+        if lo < 0 or hi >= k:
+            continue
+        a = _build_sum(outer, 0, dtype)
+        if a.vmin < 0:
+            continue
+        d = _iconst(dtype, c // k)
+        if op is Ops.IDIV:
+            return UOp(Ops.IDIV, dtype, (a, d))
+        return UOp(Ops.MOD, dtype, (a, d)) * k + _build_sum(inner, const, dtype)
+    return None
 
 
 def _div_mod_const(d: UOp) -> UOp | None:
