@@ -55,3 +55,22 @@ def test_group_reductions_and_softmax() -> None:
 def test_full_reduction_of_a_large_tensor() -> None:
     x = t(300, 300)
     np.testing.assert_allclose(x.sum().numpy(), x.numpy().sum(), rtol=1e-4)
+
+
+def test_group_kernel_with_several_reductions() -> None:
+    """A gradient norm: several full reductions in one tiny-output kernel share one workgroup each."""
+    x, y = t(65, 384), t(384, 100)
+    norm = (x.square().sum() + y.square().sum()).sqrt()
+    ref = np.sqrt((x.numpy().astype(np.float64) ** 2).sum() + (y.numpy().astype(np.float64) ** 2).sum())
+    np.testing.assert_allclose(norm.numpy(), ref, rtol=1e-5)
+    both = x.max(-1) + x.sum(-1)
+    np.testing.assert_allclose(both.numpy(), x.numpy().max(-1) + x.numpy().sum(-1), rtol=1e-4, atol=1e-4)
+
+
+def test_contraction_over_several_reduce_ranges() -> None:
+    """A weight gradient sums over batch and time: both ranges form the tile's k."""
+    a, g = t(4, 32, 48), t(4, 32, 40)
+    out = (a.reshape(4, 32, 48, 1) * g.reshape(4, 32, 1, 40)).sum((0, 1))
+    ref = np.einsum("btm,btn->mn", a.numpy().astype(np.float64), g.numpy().astype(np.float64))
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
+    assert "tile" in strategies()

@@ -30,7 +30,7 @@ class Contraction:
     """The parts of a matmul-like kernel."""
 
     reduce: UOp  # the REDUCE(ADD) node
-    k: UOp  # its range
+    k: tuple[UOp, ...]  # its ranges (several: a reduction over batch and time), flattened in order
     a: UOp  # factor depending on m (and k), not on n
     b: UOp  # factor depending on n (and k), not on m
     m: UOp  # global range of the output rows
@@ -68,12 +68,12 @@ def find_contraction(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> Contraction |
     if len(reduces) != 1:
         return None
     red = reduces[0]
-    if red.arg is not Ops.ADD or len(red.src) != 2 or red.src[0].op is not Ops.MUL:
+    if red.arg is not Ops.ADD or red.src[0].op is not Ops.MUL:
         return None
-    k = red.src[1]
+    k = tuple(red.src[1:])
     a, b = red.src[0].src
-    da, db = deps[a] - {k}, deps[b] - {k}
-    if k not in deps[a] or k not in deps[b]:
+    da, db = deps[a] - set(k), deps[b] - set(k)
+    if not all(r in deps[a] and r in deps[b] for r in k):
         return None
     only_a, only_b = sorted(da - db, key=_end), sorted(db - da, key=_end)
     if not only_a or not only_b:
@@ -90,18 +90,24 @@ def choose_opts(ast: UOp, limits: Limits) -> KernelOpts:
     for r in globals_:
         outputs *= _end(r)
     c = find_contraction(ast, deps)
-    if c is not None and _end(c.m) >= 32 and _end(c.n) >= 32 and _end(c.k) >= 16:
+    k_size = 1
+    for r in c.k if c is not None else ():
+        k_size *= _end(r)
+    if c is not None and _end(c.m) >= 32 and _end(c.n) >= 32 and k_size >= 16:
         tm = tn = 128 if _end(c.m) >= 128 and _end(c.n) >= 128 and outputs >= (1 << 20) else 64
         tk, rm, rn = 16, tm // 16, tn // 16  # TK=32 measured slower on an H200 (benchmarks/RESULTS.md)
         shared = (tm + 1 + tn) * tk * 4
         if (tm // rm) * (tn // rn) <= limits.max_workgroup_invocations and shared <= limits.max_shared_memory:
             return KernelOpts("tile", (tm // rm) * (tn // rn), (tm, tn, tk), (rm, rn), c)
     reduces = [n for n in deps if n.op is Ops.REDUCE]
-    if len(reduces) == 1 and limits.max_shared_memory >= local * 4:
-        size = 1
-        for r in reduces[0].src[1:]:
-            size *= _end(r)
-        if size >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
+    if reduces and limits.max_shared_memory >= local * 4 * len(reduces):
+        longest = 0
+        for red in reduces:
+            size = 1
+            for r in red.src[1:]:
+                size *= _end(r)
+            longest = max(longest, size)
+        if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
             return KernelOpts("group", local)
     return KernelOpts("flat", local)
 

@@ -17,6 +17,7 @@ import math
 import struct
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_schedule.opt import KernelOpts
@@ -331,48 +332,61 @@ class WGSLRenderer:
         return body, math.ceil(total / self.workgroup)
 
     def render_group(self, store: UOp, global_ranges: list[UOp], total: int) -> tuple[list[str], int]:
-        """One workgroup per output: invocations stride over the reduction, then a tree in shared memory."""
-        (red,) = [n for n in self.ast.toposort() if n.op is Ops.REDUCE]
-        t = self.ctype(red)
+        """One workgroup per output: for each reduction, invocations stride over its range, then a tree
+        in shared memory; invocation 0 computes the rest of the expression and stores."""
+        reduces = [n for n in self.ast.toposort() if n.op is Ops.REDUCE]
         wg = self.workgroup
-        rranges = list(red.src[1:])
-        size = 1
-        for r in rranges:
-            size *= int(r.src[0].arg)
         gnames = [self.fresh("g") for _ in global_ranges]
-        rnames = [self.fresh("r") for _ in rranges]
-        bound = dict(zip(global_ranges, gnames)) | dict(zip(rranges, rnames))
-        value_lines, value = self.inline(red.src[0], bound)
-        identity = self.identity(red)
-        combine = (
-            (lambda x, y: f"{x} + {y}")
-            if red.arg is Ops.ADD
-            else ((lambda x, y: f"{x} | {y}") if red.dtype == dtypes.bool else (lambda x, y: f"max({x}, {y})"))
-        )
-        epilogue = self.store_value(store, dict(zip(global_ranges, gnames)) | {red: "partial[0]"})
+        gbound = dict(zip(global_ranges, gnames))
+        shared: list[str] = []
+        body_lines: list[str] = []
+        results: dict[UOp, str] = {}  # each reduction's value, once computed
+        for i, red in enumerate(reduces):
+            t = self.ctype(red)
+            rranges = list(red.src[1:])
+            size = 1
+            for r in rranges:
+                size *= int(r.src[0].arg)
+            rnames = [self.fresh("r") for _ in rranges]
+            value_lines, value = self.inline(red.src[0], gbound | dict(zip(rranges, rnames)) | results)
+            combine = self.combiner(red)
+            shared.append(f"var<workgroup> partial{i}: array<{t}, {wg}>;")
+            body_lines += [
+                f"var acc{i}: {t} = {self.identity(red)};",
+                f"for (var f: i32 = lid; f < {size}; f += {wg}) {{",
+                *("  " + ln for ln in self.split("f", rranges, rnames)),
+                *("  " + ln for ln in value_lines),
+                f"  acc{i} = {combine(f'acc{i}', value)};",
+                "}",
+                f"partial{i}[lid] = acc{i};",
+                "workgroupBarrier();",
+                f"for (var s: i32 = {wg // 2}; s > 0; s = s >> 1u) {{",
+                f"  if (lid < s) {{ partial{i}[lid] = {combine(f'partial{i}[lid]', f'partial{i}[lid + s]')}; }}",
+                "  workgroupBarrier();",
+                "}",
+                f"let red{i}: {t} = partial{i}[0];",
+            ]
+            results[red] = f"red{i}"
+        epilogue = self.store_value(store, gbound | results)
         body = [
-            f"var<workgroup> partial: array<{t}, {wg}>;",
+            *shared,
             *self.entry(),
             f"  if (w >= {total}) {{ return; }}  // uniform: the whole workgroup leaves together",
             *("  " + ln for ln in self.split("w", global_ranges, gnames)),
-            f"  var acc: {t} = {identity};",
-            f"  for (var f: i32 = lid; f < {size}; f += {wg}) {{",
-            *("    " + ln for ln in self.split("f", rranges, rnames)),
-            *("    " + ln for ln in value_lines),
-            f"    acc = {combine('acc', value)};",
-            "  }",
-            "  partial[lid] = acc;",
-            "  workgroupBarrier();",
-            f"  for (var s: i32 = {wg // 2}; s > 0; s = s >> 1u) {{",
-            f"    if (lid < s) {{ partial[lid] = {combine('partial[lid]', 'partial[lid + s]')}; }}",
-            "    workgroupBarrier();",
-            "  }",
+            *("  " + ln for ln in body_lines),
             "  if (lid == 0) {",
             *("    " + ln for ln in epilogue),
             "  }",
             "}",
         ]
         return body, total
+
+    def combiner(self, red: UOp) -> Any:
+        if red.arg is Ops.ADD:
+            return lambda x, y: f"{x} + {y}"
+        if red.dtype == dtypes.bool:
+            return lambda x, y: f"{x} | {y}"
+        return lambda x, y: f"max({x}, {y})"
 
     def render_tile(self, store: UOp, global_ranges: list[UOp], opts: KernelOpts) -> tuple[list[str], int]:
         """Shared-memory tiled contraction with an RM x RN register tile per invocation."""
@@ -381,7 +395,12 @@ class WGSLRenderer:
         tm, tn, tk = opts.tile
         rm, rn = opts.upcast
         tx_count = tn // rn  # invocations along n
-        m_end, n_end, k_end = (int(r.src[0].arg) for r in (c.m, c.n, c.k))
+        m_end, n_end = int(c.m.src[0].arg), int(c.n.src[0].arg)
+        k_end = 1
+        for r in c.k:
+            k_end *= int(r.src[0].arg)
+        ka = [self.fresh("ka") for _ in c.k]  # the k ranges recovered from the flat k of a tile element
+        kb = [self.fresh("kb") for _ in c.k]
         tiles_m, tiles_n = math.ceil(m_end / tm), math.ceil(n_end / tn)
         outer = [r for r in global_ranges if r is not c.m and r is not c.n]
         outer_total = 1
@@ -390,8 +409,10 @@ class WGSLRenderer:
         onames = [self.fresh("o") for _ in outer]
         obound = dict(zip(outer, onames))
         t = self.ctype(c.reduce)
-        a_lines, a_val = self.inline(c.a, obound | {c.m: "am", c.k: "ak"})
-        b_lines, b_val = self.inline(c.b, obound | {c.n: "bn", c.k: "bk"})
+        a_lines, a_val = self.inline(c.a, obound | {c.m: "am"} | dict(zip(c.k, ka)))
+        b_lines, b_val = self.inline(c.b, obound | {c.n: "bn"} | dict(zip(c.k, kb)))
+        a_lines = [*self.split("ak", list(c.k), ka), *a_lines]
+        b_lines = [*self.split("bk", list(c.k), kb), *b_lines]
         epilogue_lines = []
         for i in range(rm):
             for j in range(rn):
