@@ -27,9 +27,7 @@ def runner(adapter: object) -> Runner:
 
 def tensor(runner: Runner, data: np.ndarray, dtype: object = None) -> UOp:
     dt = dtype or dtypes.from_any(data.dtype)
-    b = Buffer("webgpu", runner.backend, data.size, dt).copy_in(data)
-    base = UOp(Ops.BUFFER, dt, (), b)
-    return UOp(Ops.RESHAPE, dt, (base,), data.shape)
+    return Buffer("webgpu", runner.backend, data.size, dt).copy_in(data).view(data.shape)
 
 
 def run(runner: Runner, out: UOp) -> np.ndarray:

@@ -114,10 +114,12 @@ jvp_rules = PatternMatcher([
 
 
 def jvp_rule(ret: UOp, tangents: Tangents) -> UOp | None:
-    for rule in jvp_rules.rules_for(ret.op):
-        for store in rule.pattern.match(ret, {}):
-            return rule.fn(ctx=tangents, **store)
-    raise NotImplementedError(f"no tangent rule for {ret.op.name}")
+    """ret's tangent from its sources' tangents (None: zero)."""
+    found = jvp_rules.first_match(ret)
+    if found is None:
+        raise NotImplementedError(f"no tangent rule for {ret.op.name}")
+    rule, store = found
+    return rule.fn(ctx=tangents, **store)
 
 
 def compute_tangents(outputs: list[UOp], tangents: dict[UOp, UOp]) -> list[UOp | None]:

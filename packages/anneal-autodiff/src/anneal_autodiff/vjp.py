@@ -163,12 +163,11 @@ vjp_rules = PatternMatcher([
 
 def vjp_rule(ret: UOp, grad: UOp) -> Grads:
     """The gradients of ret's sources, given ret's gradient."""
-    for rule in vjp_rules.rules_for(ret.op):
-        for store in rule.pattern.match(ret, {}):
-            out = rule.fn(ctx=grad, **store)
-            if out is not None:
-                return out  # type: ignore[return-value]
-    raise NotImplementedError(f"no gradient rule for {ret.op.name}")
+    found = vjp_rules.first_match(ret)
+    if found is None:
+        raise NotImplementedError(f"no gradient rule for {ret.op.name}")
+    rule, store = found
+    return rule.fn(ctx=grad, **store)  # type: ignore[return-value]
 
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:

@@ -141,6 +141,14 @@ class PatternMatcher:
     def rules_for(self, op: Ops) -> list[Rule]:
         return self.by_op.get(op, self.any_op)
 
+    def first_match(self, u: UOp) -> tuple[Rule, dict[str, UOp]] | None:
+        """The first rule whose pattern matches u, with its bindings (for tables whose rules return
+        something other than a replacement node, such as autodiff's)."""
+        for rule in self.rules_for(u.op):
+            for store in rule.pattern.match(u, {}):
+                return rule, store
+        return None
+
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
         for rule in self.rules_for(u.op):
             for store in rule.pattern.match(u, {}):

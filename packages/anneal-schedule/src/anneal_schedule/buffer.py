@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from anneal_ir import DType
+from anneal_ir import DType, Ops, UOp
 from anneal_schedule.backend import Backend
 
 _ids = itertools.count()
@@ -53,6 +53,11 @@ class Buffer:
         assert flat.size == self.size, f"copy_in of {flat.size} elements into a buffer of {self.size}"
         self.backend.copy_in(self.ensure(), flat)
         return self
+
+    def view(self, shape: tuple[int, ...]) -> UOp:
+        """The BUFFER node of this memory, reshaped to shape (a leaf of a tensor graph)."""
+        base = UOp(Ops.BUFFER, self.dtype, (), self)
+        return base if shape == (self.size,) else UOp(Ops.RESHAPE, self.dtype, (base,), shape)
 
     def numpy(self) -> np.ndarray:
         return self.backend.copy_out(self.ensure(), self.size, self.dtype)
