@@ -16,4 +16,4 @@ packages=(anneal-ir anneal-autodiff anneal-schedule anneal-cpu anneal-wgpu annea
 args=()
 for p in "${packages[@]}"; do args+=(-e "packages/$p"); done
 .venv/bin/python -m pip install -q --no-build-isolation "${args[@]}"
-echo "install: done; try .venv/bin/anneal doctor" >&2
+echo "install: done; try .venv/bin/anneal train mlp (or .venv/bin/anneal doctor)" >&2
