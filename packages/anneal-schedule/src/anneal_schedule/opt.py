@@ -95,7 +95,11 @@ def choose_opts(ast: UOp, limits: Limits) -> KernelOpts:
         k_size *= _end(r)
     if c is not None and _end(c.m) >= 32 and _end(c.n) >= 32 and k_size >= 16:
         tm = tn = 128 if _end(c.m) >= 128 and _end(c.n) >= 128 and outputs >= (1 << 20) else 64
-        tk, rm, rn = 16, tm // 16, tn // 16  # TK=32 measured slower on an H200 (benchmarks/RESULTS.md)
+        # TK=32 measured slower on an H200; for 128x128 tiles BEAM preferred an 8x4 register tile (512
+        # invocations) to 8x8 (256) there: benchmarks/RESULTS.md
+        tk, rm, rn = 16, tm // 16, tn // 16
+        if tm == 128 and limits.max_workgroup_invocations >= 512:
+            rn = 4
         shared = (tm + 1 + tn) * tk * 4
         if (tm // rm) * (tn // rn) <= limits.max_workgroup_invocations and shared <= limits.max_shared_memory:
             return KernelOpts("tile", (tm // rm) * (tn // rn), (tm, tn, tk), (rm, rn), c)
