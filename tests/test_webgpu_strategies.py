@@ -25,7 +25,7 @@ def _adapter() -> None:
     require_adapter(pytest.fail, pytest.skip)
 
 
-@pytest.mark.parametrize("m,k,n", [(100, 70, 130), (64, 16, 32), (257, 33, 129)])
+@pytest.mark.parametrize("m,k,n", [(100, 70, 130), (64, 16, 32), (257, 33, 129), (1024, 64, 1030)])
 def test_tiled_matmul_with_epilogue(m: int, k: int, n: int) -> None:
     x, w, b = t(m, k), t(k, n), t(n)
     out = (x @ w + b).relu().numpy()
