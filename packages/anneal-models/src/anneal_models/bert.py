@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from anneal import Tensor, manual_seed
+from anneal import Tensor
 from anneal.jit import jit
 from anneal.nn import functional as F
 from anneal.nn.modules import Embedding
-from anneal_models import datasets
 from anneal_models.datasets import CharDataset
 from anneal_models.transformer import (
     MLP,
@@ -31,6 +30,7 @@ from anneal_models.transformer import (
     LanguageModel,
     LMTrainer,
     StepNoise,
+    build_trainer,
     norm,
     normal,
 )
@@ -186,6 +186,4 @@ def build_model(config: dict[str, Any], vocab_size: int, device: str) -> Bert:
 
 
 def build(config: dict[str, Any], device: str) -> BertTrainer:
-    manual_seed(int(config["seed"]))
-    data = datasets.tinyshakespeare(config.get("data"))
-    return BertTrainer(config, device, build_model(config, data.vocab_size, device), data)
+    return build_trainer(config, device, build_model, BertTrainer)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from anneal import Tensor, manual_seed
+from anneal import Tensor
 from anneal.nn.modules import Embedding
-from anneal_models import datasets
 from anneal_models.transformer import (
     Block,
     CausalSelfAttention,
@@ -25,6 +24,7 @@ from anneal_models.transformer import (
     Rotary,
     StepNoise,
     SwiGLU,
+    build_trainer,
     norm,
     normal,
 )
@@ -104,6 +104,4 @@ def build_model(config: dict[str, Any], vocab_size: int, device: str) -> Llama:
 
 
 def build(config: dict[str, Any], device: str) -> LlamaTrainer:
-    manual_seed(int(config["seed"]))
-    data = datasets.tinyshakespeare(config.get("data"))
-    return LlamaTrainer(config, device, build_model(config, data.vocab_size, device), data)
+    return build_trainer(config, device, build_model, LlamaTrainer)

@@ -21,13 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from anneal import Tensor, manual_seed
+from anneal import Tensor
 from anneal.jit import jit
 from anneal.nn import functional as F
 from anneal.nn.modules import Module
-from anneal_models import datasets
 from anneal_models.nanogpt import GPT
-from anneal_models.transformer import Dropout, LMTrainer, StepNoise, linear, normal
+from anneal_models.transformer import Dropout, LMTrainer, StepNoise, build_trainer, linear, normal
 
 DEFAULTS: dict[str, Any] = {
     "steps": 2000, "batch": 12, "block": 64, "layers": 4, "heads": 4, "dim": 128, "experts": 4, "expert_hidden": None,
@@ -163,6 +162,4 @@ def build_model(config: dict[str, Any], vocab_size: int, device: str) -> MoEGPT:
 
 
 def build(config: dict[str, Any], device: str) -> MoETrainer:
-    manual_seed(int(config["seed"]))
-    data = datasets.tinyshakespeare(config.get("data"))
-    return MoETrainer(config, device, build_model(config, data.vocab_size, device), data)
+    return build_trainer(config, device, build_model, MoETrainer)

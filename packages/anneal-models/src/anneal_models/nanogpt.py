@@ -14,9 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from anneal import Tensor, manual_seed
+from anneal import Tensor
 from anneal.nn.modules import Embedding
-from anneal_models import datasets
 from anneal_models.transformer import (
     MLP,
     Block,
@@ -25,6 +24,7 @@ from anneal_models.transformer import (
     LanguageModel,
     LMTrainer,
     StepNoise,
+    build_trainer,
     norm,
     normal,
 )
@@ -99,6 +99,4 @@ def build_model(config: dict[str, Any], vocab_size: int, device: str) -> GPT:
 
 
 def build(config: dict[str, Any], device: str) -> NanoGPTTrainer:
-    manual_seed(int(config["seed"]))
-    data = datasets.tinyshakespeare(config.get("data"))
-    return NanoGPTTrainer(config, device, build_model(config, data.vocab_size, device), data)
+    return build_trainer(config, device, build_model, NanoGPTTrainer)

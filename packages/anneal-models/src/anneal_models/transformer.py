@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from anneal.jit import jit
 from anneal.nn import functional as F
 from anneal.nn.modules import LayerNorm, Linear, Module, RMSNorm
 from anneal.optim import AdamW, clip_grad_norm_, warmup_cosine
+from anneal_models import datasets
 from anneal_models.datasets import CharDataset
 from anneal_models.sample import Sampler
 from anneal_models.trainer import StepGraph, SupervisedTrainer
@@ -410,3 +411,15 @@ class LMTrainer(SupervisedTrainer):
         lines.append(f"sample (temperature {c['temperature']}, top-k {c.get('top_k')}, seed {c['seed']}):")
         lines.append(self.sample())
         return "\n".join(lines)
+
+
+T = TypeVar("T", bound="LMTrainer")
+
+
+def build_trainer(
+    config: dict[str, Any], device: str, build_model: Callable[[dict[str, Any], int, str], Any], trainer: type[T]
+) -> T:
+    """What every language model's build() does: seed, load tinyshakespeare, build the net, wrap it."""
+    anneal_random.manual_seed(int(config["seed"]))
+    data = datasets.tinyshakespeare(config.get("data"))
+    return trainer(config, device, build_model(config, data.vocab_size, device), data)
