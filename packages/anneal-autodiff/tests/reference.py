@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ _ALU = {
     Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
     Ops.CMPEQ: np.equal, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt,
     Ops.RECIPROCAL: np.reciprocal, Ops.NEG: np.negative, Ops.TRUNC: np.trunc,
+    Ops.ERF: np.vectorize(math.erf),
 }  # fmt: skip
 
 

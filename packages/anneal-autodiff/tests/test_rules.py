@@ -38,6 +38,7 @@ CASES: list[tuple[str, list[tuple[int, ...]], Callable[..., UOp], bool]] = [
     ("log2", [(4,)], lambda a: a.alu(Ops.LOG2), True),
     ("sin", [(4,)], lambda a: a.alu(Ops.SIN), False),
     ("sqrt", [(4,)], lambda a: a.alu(Ops.SQRT), True),
+    ("erf", [(6,)], lambda a: a.alu(Ops.ERF), False),
     ("reciprocal", [(4,)], lambda a: a.alu(Ops.RECIPROCAL), True),
     ("where", [(5,), (5,)], lambda a, b: UOp(Ops.WHERE, F64, (const_like(a, 0.0) < a, a * b, b)), False),
     ("reshape", [(2, 6)], lambda a: reshape(a, (3, 4)) * const_like(reshape(a, (3, 4)), 2.0), False),
@@ -133,7 +134,18 @@ def test_gradients_accumulate_over_uses() -> None:
 
 def test_every_differentiable_op_has_a_rule() -> None:
     covered = {op for rule in vjp_rules.rules for op in (rule.pattern.ops or ())}
-    differentiable = [Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL]
+    differentiable = [
+        Ops.ADD,
+        Ops.MUL,
+        Ops.NEG,
+        Ops.MAX,
+        Ops.EXP2,
+        Ops.LOG2,
+        Ops.SIN,
+        Ops.SQRT,
+        Ops.RECIPROCAL,
+        Ops.ERF,
+    ]
     differentiable += [Ops.WHERE, Ops.CAST, Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP]
     for op in [*differentiable, Ops.REDUCE_AXIS]:
         assert op in covered, op

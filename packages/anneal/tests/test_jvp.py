@@ -85,6 +85,7 @@ PRIMITIVES = [
     case("log2", lambda x: x.log2(), [POS]),
     case("sin", lambda x: x.sin(), [X]),
     case("sqrt", lambda x: x.sqrt(), [POS]),
+    case("erf", lambda x: x.erf(), [X]),
     case("reciprocal", lambda x: x.reciprocal(), [POS]),
     case("where", lambda x, y: anneal.where(Tensor(X > 0), x, y), [X, Y], lambda x, y: torch.where(x > 0, x, y)),
     case("cast_f64_roundtrip", lambda x: ((x.double() if HAS_F64 else x.float()) * 2).float(), [X]),
@@ -143,7 +144,8 @@ def test_jvp_matches_torch(fn: Callable[..., Any], tfn: Callable[..., Any] | Non
 def test_every_jvp_rule_is_exercised() -> None:
     """The cases above reach every op of the rule table (a new rule needs a case here)."""
     covered = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.WHERE,
-               Ops.CAST, Ops.TRUNC, Ops.CMPLT, Ops.DETACH, Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK,
+               Ops.ERF, Ops.CAST, Ops.TRUNC, Ops.CMPLT, Ops.DETACH, Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD,
+               Ops.SHRINK,
                Ops.FLIP, Ops.CONTIGUOUS, Ops.REDUCE_AXIS}  # fmt: skip
     # integer/bitwise ops and the other comparisons share zero_jvp with CMPLT/TRUNC/DETACH above
     zero_like = {Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST}

@@ -66,6 +66,12 @@ def cos(a: UOp) -> UOp:
     return add(scalar(a, math.pi / 2), neg(a)).alu(Ops.SIN)
 
 
+def erf_slope(x: UOp) -> UOp:
+    """d erf(x) / dx = 2/sqrt(pi) * exp(-x^2), with exp as exp2."""
+    exp = mul(neg(mul(x, x)), scalar(x, 1 / math.log(2))).alu(Ops.EXP2)
+    return mul(exp, scalar(x, 2 / math.sqrt(math.pi)))
+
+
 def max_mask(src: UOp, ret: UOp) -> UOp:
     """For a max-reduction: 1/count on the elements equal to the max (ties share), else 0."""
     axes = ret.arg[1]

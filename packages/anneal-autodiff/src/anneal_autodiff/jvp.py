@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from anneal_autodiff.build import add, cos, max_mask, mul, neg, recip, scalar, shape_of, where
+from anneal_autodiff.build import add, cos, erf_slope, max_mask, mul, neg, recip, scalar, shape_of, where
 from anneal_ir import Ops, PatternMatcher, UOp, UPat
 
 Tangents = tuple[UOp | None, ...]
@@ -57,6 +57,10 @@ def sin_jvp(ctx: Tangents, ret: UOp) -> UOp:
     return mul(ctx[0], cos(ret.src[0]))  # type: ignore[arg-type]
 
 
+def erf_jvp(ctx: Tangents, ret: UOp) -> UOp:
+    return mul(ctx[0], erf_slope(ret.src[0]))  # type: ignore[arg-type]
+
+
 def sqrt_jvp(ctx: Tangents, ret: UOp) -> UOp:
     return mul(ctx[0], recip(mul(ret, scalar(ret, 2.0))))  # type: ignore[arg-type]
 
@@ -102,6 +106,7 @@ jvp_rules = PatternMatcher([
     (UPat(Ops.LOG2, name="ret"), log2_jvp),
     (UPat(Ops.SIN, name="ret"), sin_jvp),
     (UPat(Ops.SQRT, name="ret"), sqrt_jvp),
+    (UPat(Ops.ERF, name="ret"), erf_jvp),
     (UPat(Ops.RECIPROCAL, name="ret"), reciprocal_jvp),
     (UPat((Ops.TRUNC, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL,
            Ops.SHR, Ops.BITCAST, Ops.DETACH), name="ret"), zero_jvp),

@@ -13,6 +13,7 @@ import math
 from anneal_autodiff.build import (
     add,
     cos,
+    erf_slope,
     expand,
     full,
     inverse_permutation,
@@ -63,6 +64,10 @@ def log2_vjp(ctx: UOp, ret: UOp) -> Grads:
 
 def sin_vjp(ctx: UOp, ret: UOp) -> Grads:
     return (mul(ctx, cos(ret.src[0])),)
+
+
+def erf_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return (mul(ctx, erf_slope(ret.src[0])),)
 
 
 def sqrt_vjp(ctx: UOp, ret: UOp) -> Grads:
@@ -143,6 +148,7 @@ vjp_rules = PatternMatcher([
     (UPat(Ops.LOG2, name="ret"), log2_vjp),
     (UPat(Ops.SIN, name="ret"), sin_vjp),
     (UPat(Ops.SQRT, name="ret"), sqrt_vjp),
+    (UPat(Ops.ERF, name="ret"), erf_vjp),
     (UPat(Ops.RECIPROCAL, name="ret"), reciprocal_vjp),
     (UPat(Ops.TRUNC, name="ret"), trunc_vjp),
     (UPat(Ops.WHERE, name="ret"), where_vjp),

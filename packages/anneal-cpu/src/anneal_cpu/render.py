@@ -54,6 +54,7 @@ _BINARY = {
 _UNARY = {
     Ops.EXP2: "np.exp2({a})", Ops.LOG2: "np.log2({a})", Ops.SIN: "np.sin({a})", Ops.SQRT: "np.sqrt({a})",
     Ops.RECIPROCAL: "np.reciprocal({a})", Ops.NEG: "np.negative({a})", Ops.TRUNC: "np.trunc({a})",
+    Ops.ERF: "_erf({a})",
 }  # fmt: skip
 
 

@@ -14,6 +14,7 @@ class Ops(Enum):
     RECIPROCAL = auto()
     NEG = auto()
     TRUNC = auto()
+    ERF = auto()  # the error function: a primitive so GELU's gradient is one rule, not a polynomial's
     ADD = auto()
     MUL = auto()
     MAX = auto()
@@ -57,7 +58,7 @@ class Ops(Enum):
 
 
 class GroupOp:
-    Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
+    Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC, Ops.ERF})
     Binary = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
                         Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})  # fmt: skip
     Ternary = frozenset({Ops.WHERE})

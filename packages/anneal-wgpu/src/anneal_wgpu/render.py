@@ -63,6 +63,13 @@ def literal(value: object, d: DType, f16: bool) -> str:
     return f"i32({v})" if v != I32_MIN else "i32(-2147483647 - 1)"
 
 
+# WGSL has no erf: Abramowitz & Stegun 7.1.26 (max abs error 1.5e-7), as the numpy backend computes it
+ERF_WGSL = """fn erf_(x: f32) -> f32 {
+  let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+  let p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+  return sign(x) * (1.0 - p * exp(-x * x));
+}"""
+
 _BINARY = {
     Ops.ADD: "({a} + {b})", Ops.MUL: "({a} * {b})", Ops.CMPLT: "({a} < {b})", Ops.CMPNE: "({a} != {b})",
     Ops.CMPEQ: "({a} == {b})", Ops.AND: "({a} & {b})", Ops.OR: "({a} | {b})", Ops.XOR: "({a} ^ {b})",
@@ -70,7 +77,7 @@ _BINARY = {
 }  # fmt: skip
 _UNARY = {
     Ops.EXP2: "exp2({a})", Ops.LOG2: "log2({a})", Ops.SIN: "sin({a})", Ops.SQRT: "sqrt({a})",
-    Ops.RECIPROCAL: "({one} / {a})", Ops.NEG: "(-{a})", Ops.TRUNC: "trunc({a})",
+    Ops.RECIPROCAL: "({one} / {a})", Ops.NEG: "(-{a})", Ops.TRUNC: "trunc({a})", Ops.ERF: "erf_({a})",
 }  # fmt: skip
 
 
@@ -291,6 +298,8 @@ class WGSLRenderer:
         else:
             body, groups = self.render_flat(store, global_ranges, total)
         header = ["enable f16;"] if self.f16 and any(n.dtype == dtypes.float16 for n in nodes) else []
+        if any(n.op is Ops.ERF for n in nodes):
+            header.append(ERF_WGSL)
         bindings = []
         for arg, g in globs:
             written = arg == store.src[0].arg

@@ -579,12 +579,7 @@ class Tensor:
         return self * self.sigmoid()
 
     def erf(self) -> Tensor:
-        # Abramowitz & Stegun 7.1.26 refined (max abs error 1.5e-7): float32-accurate
-        x = self._float()
-        t = 1.0 / (1.0 + 0.3275911 * x.abs())
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-        y = 1.0 - poly * (-(x * x)).exp()
-        return x.sign() * y
+        return self._float()._alu(Ops.ERF)
 
     def gelu(self, approximate: str = "none") -> Tensor:
         x = self._float()
