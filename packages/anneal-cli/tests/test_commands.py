@@ -96,7 +96,18 @@ def test_doctor_without_a_vulkan_driver_names_the_fix() -> None:
 def test_no_placeholder_commands(cli: AnnealGroup, runner: CliRunner) -> None:
     result = runner.invoke(cli, ["--help"])
     listed = {line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()}
-    assert listed == {"cache", "devices", "doctor", "download", "explain", "graph", "kernels", "plugins", "train"}
+    assert listed == {
+        "cache",
+        "devices",
+        "doctor",
+        "download",
+        "explain",
+        "graph",
+        "kernels",
+        "plugins",
+        "sample",
+        "train",
+    }
 
 
 def test_usage_errors_exit_2(cli: AnnealGroup, runner: CliRunner) -> None:

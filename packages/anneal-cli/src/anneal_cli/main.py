@@ -79,6 +79,7 @@ def build_cli() -> AnnealGroup:
     from anneal_cli.doctor import doctor
     from anneal_cli.info import devices, plugins
     from anneal_cli.inspect_cmds import explain, graph, kernels
+    from anneal_cli.sample_cmd import sample
     from anneal_cli.train import train
 
     @click.group(cls=AnnealGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -97,6 +98,7 @@ def build_cli() -> AnnealGroup:
         cli.add_command(command)
     cli.add_command(download)
     cli.add_command(cache)
+    cli.add_command(sample)
     assert isinstance(cli, AnnealGroup)
     return cli
 
