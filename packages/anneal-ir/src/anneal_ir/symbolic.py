@@ -789,16 +789,24 @@ def _reduced(coefs: dict[UOp, int], g: int, flip: bool, dtype: DType) -> UOp | N
     return s if _no_wrap(s) else None
 
 
-def _lt_const(n: UOp) -> UOp | None:
-    """sum + k0 < c  ->  S < ceil((c-k0)/g) with S = sum/g; an all-negative sum flips to c' < -S."""
-    x, cu = n.src
+def _against_const(x: UOp, c: UOp) -> tuple[UOp | None, int, int, bool] | None:
+    """sum + k0 compared with c: the reduced sum S = sum/g (negated when every term is negative, flip),
+    c - k0 and g. S is None when building it could wrap."""
     lin = _linear(x)
     if lin is None:
         return None
     coefs, k0, g = lin
-    rhs = int(cu.arg) - k0
     flip = all(k < 0 for k in coefs.values())
-    s = _reduced(coefs, g, flip, x.dtype)
+    return _reduced(coefs, g, flip, x.dtype), int(c.arg) - k0, g, flip
+
+
+def _lt_const(n: UOp) -> UOp | None:
+    """sum + k0 < c  ->  S < ceil((c-k0)/g) with S = sum/g; an all-negative sum flips to c' < -S."""
+    x, cu = n.src
+    found = _against_const(x, cu)
+    if found is None:
+        return None
+    s, rhs, g, flip = found
     bound = (-rhs) // g if flip else -((-rhs) // g)  # floor(-rhs/g) resp. ceil(rhs/g)
     if s is None or not _fits(x.dtype, bound):
         return None
@@ -810,13 +818,10 @@ def _lt_const(n: UOp) -> UOp | None:
 def _gt_const(n: UOp) -> UOp | None:
     """c < sum + k0  ->  floor((c-k0)/g) < S; an all-negative sum flips to -S < ceil((k0-c)/g)."""
     cu, x = n.src
-    lin = _linear(x)
-    if lin is None:
+    found = _against_const(x, cu)
+    if found is None:
         return None
-    coefs, k0, g = lin
-    rhs = int(cu.arg) - k0
-    flip = all(k < 0 for k in coefs.values())
-    s = _reduced(coefs, g, flip, x.dtype)
+    s, rhs, g, flip = found
     bound = -(rhs // g) if flip else rhs // g
     if s is None or not _fits(x.dtype, bound):
         return None
@@ -828,15 +833,12 @@ def _gt_const(n: UOp) -> UOp | None:
 def _eq_const(n: UOp) -> UOp | None:
     """sum + k0 ==/!= c  ->  S ==/!= (c-k0)/g, or a constant when g does not divide c-k0."""
     x, cu = n.src
-    lin = _linear(x)
-    if lin is None:
+    found = _against_const(x, cu)
+    if found is None:
         return None
-    coefs, k0, g = lin
-    rhs = int(cu.arg) - k0
+    s, rhs, g, flip = found
     if rhs % g != 0:
         return _bconst(n.op is Ops.CMPNE)
-    flip = all(k < 0 for k in coefs.values())
-    s = _reduced(coefs, g, flip, x.dtype)
     bound = -rhs // g if flip else rhs // g
     if s is None or not _fits(x.dtype, bound):
         return None
