@@ -18,16 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = [
-    "anneal-ir",
-    "anneal-autodiff",
-    "anneal-schedule",
-    "anneal-cpu",
-    "anneal-wgpu",
-    "anneal",
-    "anneal-models",
-    "anneal-cli",
-]
+# every distribution of the monorepo (each folder of packages/ with a pyproject)
+PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
 FIXTURES = ["anneal-example-plugin", "anneal-broken-plugin", "anneal-misspelled-plugin"]
 BROKEN = "anneal-broken-plugin,anneal-misspelled-plugin"
 

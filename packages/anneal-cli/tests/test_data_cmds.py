@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from anneal import data
-from anneal.data.testing import LoopbackServer, shared_data_dir
+from anneal.data.testing import LoopbackServer, allow_loopback_only, shared_data_dir
 from anneal_cli.main import AnnealGroup
 
 SHARED = shared_data_dir(__file__)  # fails collection with a clear message when ../shared is missing
@@ -29,17 +28,7 @@ def _stand_in(name: str, content: bytes) -> data.Asset:
 
 @pytest.fixture(autouse=True)
 def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    real_connect = socket.socket.connect
-
-    def connect(self: socket.socket, address: object) -> None:
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in ("127.0.0.1", "::1"):
-            raise AssertionError(f"a test tried to reach {address!r}: only loopback traffic is allowed")
-        real_connect(self, address)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
+    allow_loopback_only(monkeypatch)
     monkeypatch.setitem(data.ASSETS, "gpt2-weights", _stand_in("gpt2-weights", WEIGHTS))
     monkeypatch.setitem(data.ASSETS, "cifar10", _stand_in("cifar10", CIFAR))
 

@@ -11,7 +11,6 @@ import hashlib
 import io
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ import pytest
 from anneal import data
 from anneal.data import cache as data_cache
 from anneal.data import download as data_download
-from anneal.data.testing import LoopbackServer, Served, shared_data_dir
+from anneal.data.testing import LoopbackServer, Served, allow_loopback_only, shared_data_dir
 from anneal_ir.settings import Settings
 
 SHARED = shared_data_dir(__file__)  # fails collection with a clear message when ../shared is missing
@@ -39,17 +38,7 @@ FAKE = data.Asset(FAKE.name, FAKE.url, FAKE.size, hashlib.sha256(FAKE_BYTES).hex
 @pytest.fixture(autouse=True)
 def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """No proxy, and any connection to a host other than 127.0.0.1 fails the test."""
-    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    real_connect = socket.socket.connect
-
-    def connect(self: socket.socket, address: object) -> None:
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in ("127.0.0.1", "::1"):
-            raise AssertionError(f"a test tried to reach {address!r}: only loopback traffic is allowed")
-        real_connect(self, address)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
+    allow_loopback_only(monkeypatch)
     monkeypatch.setattr(data_download, "RETRY_DELAY_S", 0.0)
     monkeypatch.setitem(data.ASSETS, "fake", FAKE)
 

@@ -22,8 +22,26 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 SEND_CHUNK = 1 << 16
+
+
+def allow_loopback_only(monkeypatch: Any) -> None:
+    """Make any connection to a host other than 127.0.0.1/::1 fail the test, and drop proxies.
+
+    ``monkeypatch`` is pytest's fixture (anything with ``setattr`` and ``delenv``)."""
+    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    real_connect = socket.socket.connect
+
+    def connect(self: socket.socket, address: Any) -> None:
+        host = address[0] if isinstance(address, tuple) else address
+        if host not in ("127.0.0.1", "::1"):
+            raise AssertionError(f"a test tried to reach {address!r}: only loopback traffic is allowed")
+        real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
 
 
 def shared_data_dir(start: str | Path) -> Path:
