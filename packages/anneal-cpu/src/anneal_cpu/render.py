@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from anneal_ir import DType, Ops, UOp, dtypes
+from anneal_ir.sint import sint, variables
 
 Affine = tuple[dict[int, int], int]  # {axis: coefficient}, offset
 
@@ -58,6 +59,29 @@ _UNARY = {
 }  # fmt: skip
 
 
+_SIZE_OPS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%"}
+
+
+def size_expr(x: sint) -> str:
+    """A loop extent as Python: an int, or an expression over the kernel's Variables (``v_<name>``)."""
+    if isinstance(x, int):
+        return str(x)
+    if x.op is Ops.CONST:
+        return str(int(x.arg))
+    if x.op is Ops.DEFINE_VAR:
+        return f"v_{x.arg[0]}"
+    if x.op in _SIZE_OPS:  # sizes are never negative: Python's // and % agree with C's here
+        return "(" + f" {_SIZE_OPS[x.op]} ".join(size_expr(s) for s in x.src) + ")"
+    if x.op is Ops.MAX:
+        return f"max({size_expr(x.src[0])}, {size_expr(x.src[1])})"
+    raise NotImplementedError(f"cpu renderer: a symbolic size with {x.op.name}")
+
+
+def tuple_expr(sizes: list[sint] | tuple[sint, ...]) -> str:
+    inner = ", ".join(size_expr(d) for d in sizes)
+    return f"({inner},)" if len(sizes) == 1 else f"({inner})"
+
+
 def np_name(d: DType) -> str:
     """The numpy type a value of d is computed in (bfloat16 computes in float32)."""
     if d == dtypes.bfloat16:
@@ -73,7 +97,7 @@ class Renderer:
     names: dict[UOp, str] = field(default_factory=dict)
     deps: dict[UOp, frozenset[int]] = field(default_factory=dict)
     axis_of: dict[UOp, int] = field(default_factory=dict)
-    ends: list[int] = field(default_factory=list)
+    ends: list[sint] = field(default_factory=list)  # each axis's extent (symbolic: over the Variables)
     n_args: int = 0
     itemsize: dict[int, int] = field(default_factory=dict)
 
@@ -82,12 +106,14 @@ class Renderer:
         ranges = sorted((n for n in nodes if n.op is Ops.RANGE), key=lambda r: r.arg[0])
         for i, r in enumerate(ranges):
             self.axis_of[r] = i
-            self.ends.append(int(r.src[0].arg))
+            end = r.src[0]
+            self.ends.append(int(end.arg) if end.op is Ops.CONST else end)
         globs = sorted({n.arg: n for n in nodes if n.op is Ops.DEFINE_GLOBAL}.items())
         self.n_args = len(globs)
         args = ", ".join(f"b{i}" for i, _ in globs)
-        loops = ", ".join(f"r{i}<{e}" for i, e in enumerate(self.ends))
+        loops = ", ".join(f"r{i}<{size_expr(e)}" for i, e in enumerate(self.ends))
         head = [f"def {self.name}({args}, vars):", f"    # axes: {loops or 'none'}"]
+        head += [f"    v_{v.arg[0]} = int(vars[{v.arg[0]!r}])" for v in variables(tuple(self.ends))]
         if any(e == 0 and r.arg[1] == "global" for r, e in zip(ranges, self.ends)):
             return "\n".join(head + ["    return  # an empty output"]) + "\n"
         for n in self.needed(nodes):
@@ -148,8 +174,8 @@ class Renderer:
         return [n for n in nodes if n in keep]
 
     # ---- helpers ----
-    def shape_for(self, axes: frozenset[int]) -> tuple[int, ...]:
-        return tuple(e if i in axes else 1 for i, e in enumerate(self.ends))
+    def shape_for(self, axes: frozenset[int]) -> str:
+        return tuple_expr([e if i in axes else 1 for i, e in enumerate(self.ends)])
 
     def emit(self, u: UOp, expr: str, deps: frozenset[int]) -> None:
         if u.dtype == dtypes.bfloat16 and u.op in (Ops.LOAD, Ops.CAST):
@@ -168,10 +194,12 @@ class Renderer:
         axes = frozenset(coeffs)
         shape = self.shape_for(axes)
         strides = tuple(coeffs.get(i, 0) * itemsize for i in range(len(self.ends)))
-        lo = offset + sum(min(0, c * (self.ends[a] - 1)) for a, c in coeffs.items())
-        hi = offset + sum(max(0, c * (self.ends[a] - 1)) for a, c in coeffs.items())
+        lo = " + ".join([str(offset)] + [f"{c} * ({size_expr(self.ends[a])} - 1)" for a, c in coeffs.items() if c < 0])
+        hi = " + ".join([str(offset)] + [f"{c} * ({size_expr(self.ends[a])} - 1)" for a, c in coeffs.items() if c > 0])
+        empty = [size_expr(e) for e in self.ends if not isinstance(e, int)]
         if all(self.ends):  # an empty range touches nothing
-            self.lines.append(f"assert 0 <= {lo} and {hi} < {buf}.size, 'index out of bounds in {self.name}'")
+            guard = "".join(f"{e} == 0 or " for e in empty)
+            self.lines.append(f"assert {guard}(0 <= {lo} and {hi} < {buf}.size), 'index out of bounds in {self.name}'")
         return f"_view({buf}, {offset}, {shape}, {strides})", axes
 
     def index_array(self, u: UOp) -> str:
@@ -187,7 +215,8 @@ class Renderer:
             self.names[u] = f"{np_name(u.dtype)}({value})"
         elif op is Ops.RANGE:
             a = self.axis_of[u]
-            self.emit(u, f"np.arange({self.ends[a]}).reshape({self.shape_for(frozenset({a}))})", frozenset({a}))
+            self.emit(u, f"np.arange({size_expr(self.ends[a])}).reshape({self.shape_for(frozenset({a}))})",
+                      frozenset({a}))  # fmt: skip
         elif op is Ops.DEFINE_VAR:
             self.names[u] = f"np.int64(vars[{u.arg[0]!r}])"
         elif op is Ops.LOAD:
@@ -257,7 +286,7 @@ class Renderer:
         value, ranges = u.src[0], u.src[1:]
         axes = frozenset(self.axis_of[r] for r in ranges)
         out_deps = self.deps[value] - axes
-        missing = [self.ends[a] for a in sorted(axes - self.deps[value])]  # summed but constant along
+        missing = [size_expr(self.ends[a]) for a in sorted(axes - self.deps[value])]  # summed but constant along
         out_shape = self.shape_for(out_deps)
         factors = self.contraction_factors(u)
         if factors is not None:
@@ -266,8 +295,8 @@ class Renderer:
             sub = lambda d: "".join(letters[i] for i in sorted(d))  # noqa: E731
             da, db = self.deps[a], self.deps[b]
             expr = (
-                f"_contract(np.reshape({self.ref(a)}, {tuple(self.ends[i] for i in sorted(da))}), '{sub(da)}', "
-                f"np.reshape({self.ref(b)}, {tuple(self.ends[i] for i in sorted(db))}), '{sub(db)}', "
+                f"_contract(np.reshape({self.ref(a)}, {tuple_expr([self.ends[i] for i in sorted(da)])}), '{sub(da)}', "
+                f"np.reshape({self.ref(b)}, {tuple_expr([self.ends[i] for i in sorted(db)])}), '{sub(db)}', "
                 f"'{sub(out_deps)}').reshape({out_shape})"
             )
         else:
@@ -276,10 +305,7 @@ class Renderer:
             expr = f"{fn}({self.ref(value)}, axis={present}, keepdims=True)" if present else self.ref(value)
             expr = f"np.asarray({expr}, dtype={np_name(u.dtype)}).reshape({out_shape})"
         if missing and u.arg is Ops.ADD:
-            count = 1
-            for m in missing:
-                count *= m
-            expr = f"({expr} * {np_name(u.dtype)}({count}))"
+            expr = f"({expr} * {np_name(u.dtype)}({' * '.join(missing)}))"
         self.emit(u, expr, out_deps)
 
 

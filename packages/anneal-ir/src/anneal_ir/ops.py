@@ -34,7 +34,8 @@ class Ops(Enum):
     # -- leaves --
     CONST = auto()  # arg: the Python value
     BUFFER = auto()  # arg: a Buffer (device memory); shape (size,)
-    DEFINE_VAR = auto()  # arg: (name, lo, hi): a bounded symbolic integer
+    DEFINE_VAR = auto()  # arg: (name, lo, hi): a bounded symbolic integer (a Variable)
+    BIND = auto()  # src: (DEFINE_VAR, CONST): a Variable's value for one call
     IOTA = auto()  # arg: n; the int64 vector 0..n-1 (as jax.lax.iota): arange without memory
     # -- tensor-level structure --
     RESHAPE = auto()  # arg: new shape
@@ -67,4 +68,4 @@ class GroupOp:
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
-    Leaves = frozenset({Ops.CONST, Ops.BUFFER, Ops.DEFINE_VAR, Ops.IOTA, Ops.DEFINE_GLOBAL})
+    Leaves = frozenset({Ops.CONST, Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND, Ops.IOTA, Ops.DEFINE_GLOBAL})

@@ -23,11 +23,15 @@ def _permute(u: UOp) -> Shape | None:
 def _pad(u: UOp) -> Shape | None:
     s = u.src[0].shape
     assert s is not None
-    return tuple(d + b + a for d, (b, a) in zip(s, u.arg))
+    from anneal_ir.sint import sadd
+
+    return tuple(sadd(d, b + a) for d, (b, a) in zip(s, u.arg))
 
 
 def _shrink(u: UOp) -> Shape | None:
-    return tuple(e - b for b, e in u.arg)
+    from anneal_ir.sint import sadd
+
+    return tuple(sadd(e, -b) for b, e in u.arg)
 
 
 def _reduce(u: UOp) -> Shape | None:
@@ -45,6 +49,7 @@ _RULES = {
     Ops.BUFFER: lambda u: (u.arg.size,),
     Ops.CONST: lambda u: (),
     Ops.DEFINE_VAR: lambda u: (),
+    Ops.BIND: lambda u: (),
     Ops.IOTA: lambda u: (u.arg,),
     Ops.RESHAPE: lambda u: u.arg,
     Ops.EXPAND: lambda u: u.arg,

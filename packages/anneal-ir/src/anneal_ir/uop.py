@@ -19,7 +19,7 @@ from typing import Any
 from anneal_ir.dtype import DType, dtypes
 from anneal_ir.ops import GroupOp, Ops
 
-Shape = tuple[int, ...]
+Shape = tuple[Any, ...]  # of sizes: an int, or an int64 UOp over Variables (anneal_ir.sint)
 
 
 def _arg_key(arg: Any) -> Any:
@@ -54,6 +54,8 @@ class UOp(metaclass=UOpMeta):
         return UOp, (self.op, self.dtype, self.src, self.arg)
 
     def __repr__(self) -> str:
+        if self.op is Ops.DEFINE_VAR and self.dtype == dtypes.int64:  # a Variable, as the user made it
+            return f"Variable({self.arg[0]!r}, {self.arg[1]}, {self.arg[2]})"
         return pretty(self)
 
     def replace(self, **kwargs: Any) -> UOp:
@@ -119,6 +121,12 @@ class UOp(metaclass=UOpMeta):
         b = b if isinstance(b, UOp) else a.const_like(b)
         return UOp(Ops.WHERE, a.dtype, (self, a, b))
 
+    def bind(self, value: int) -> UOp:
+        """A Variable's value for one call: ``x.reshape(batch.bind(len(data)), 784)``."""
+        from anneal_ir.sint import bind
+
+        return bind(self, value)
+
     def cast(self, dtype: DType) -> UOp:
         return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
 
@@ -145,9 +153,13 @@ class UOp(metaclass=UOpMeta):
         return infer_shape(self)
 
     @cached_property
-    def size(self) -> int:
+    def size(self) -> Any:
         assert self.shape is not None, f"{self.op} has no shape"
-        return math.prod(self.shape)
+        if all(isinstance(d, int) for d in self.shape):
+            return math.prod(self.shape)
+        from anneal_ir.sint import sprod
+
+        return sprod(self.shape)
 
     @cached_property
     def bounds(self) -> tuple[Any, Any]:
@@ -210,6 +222,8 @@ def arg_repr(arg: Any) -> str:
         return "(" + ",".join(arg_repr(a) for a in arg) + ")"
     if isinstance(arg, Ops):
         return arg.name
+    if isinstance(arg, UOp):  # a symbolic size in a shape
+        return arg.key.hex()
     if hasattr(arg, "content_key"):
         return arg.content_key()
     return repr(arg)

@@ -54,10 +54,11 @@ class Buffer:
         self.backend.copy_in(self.ensure(), flat)
         return self
 
-    def view(self, shape: tuple[int, ...]) -> UOp:
-        """The BUFFER node of this memory, reshaped to shape (a leaf of a tensor graph)."""
+    def view(self, shape: tuple[Any, ...], binds: tuple[UOp, ...] = ()) -> UOp:
+        """The BUFFER node of this memory, reshaped to shape (a leaf of a tensor graph). A symbolic
+        shape views a prefix; ``binds`` carry its Variables' values (BIND nodes)."""
         base = UOp(Ops.BUFFER, self.dtype, (), self)
-        return base if shape == (self.size,) else UOp(Ops.RESHAPE, self.dtype, (base,), shape)
+        return base if shape == (self.size,) else UOp(Ops.RESHAPE, self.dtype, (base, *binds), shape)
 
     def numpy(self) -> np.ndarray:
         return self.backend.copy_out(self.ensure(), self.size, self.dtype)

@@ -60,7 +60,8 @@ def ranges_of(ast: UOp) -> dict[UOp, frozenset[UOp]]:
 
 
 def _end(r: UOp) -> int:
-    return int(r.src[0].arg)
+    """A range's extent for the heuristics (a symbolic one at its upper bound)."""
+    return int(r.src[0].vmax)
 
 
 def find_contraction(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> Contraction | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from anneal_ir import GroupOp, Ops, UOp, dtypes
+from anneal_ir.sint import as_size, sadd, sint, smul
 from anneal_ir.uop import Shape
 
 INDEX = dtypes.int64
@@ -25,11 +26,12 @@ def iconst(v: int) -> UOp:
     return UOp.const(INDEX, v)
 
 
-def strides_of(shape: Shape) -> tuple[int, ...]:
-    out, acc = [], 1
+def strides_of(shape: Shape) -> tuple[sint, ...]:
+    out: list[sint] = []
+    acc: sint = 1
     for d in reversed(shape):
         out.append(acc)
-        acc *= d
+        acc = smul(acc, d)
     return tuple(reversed(out))
 
 
@@ -43,15 +45,15 @@ def flat_index(idx: Index, shape: Shape) -> UOp:
 
 def split_index(flat: UOp, shape: Shape) -> Index:
     out = []
-    total = 1
+    total: sint = 1
     for d in shape:
-        total *= d
+        total = smul(total, d)
     for st, d in zip(strides_of(shape), shape):
         if d == 1:
             out.append(iconst(0))
             continue
         q = flat if st == 1 else flat // st
-        out.append(q if st * d == total else q % d)  # the leading dim needs no modulo: flat < total
+        out.append(q if smul(st, d) == total else q % d)  # the leading dim needs no modulo: flat < total
     return tuple(out)
 
 
@@ -104,7 +106,7 @@ def _shrink(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
 def _flip(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
     shape = u.shape
     assert shape is not None
-    return tuple(iconst(d - 1) - i if a in u.arg else i for a, (i, d) in enumerate(zip(idx, shape))), None
+    return tuple(as_size(sadd(d, -1)) - i if a in u.arg else i for a, (i, d) in enumerate(zip(idx, shape))), None
 
 
 def _pad(u: UOp, idx: Index) -> tuple[Index, UOp | None]:
@@ -162,8 +164,8 @@ class KernelBuilder:
             self.slots.append(slot)
         return UOp(Ops.DEFINE_GLOBAL, dtype, (), self.slots.index(slot))  # type: ignore[arg-type]
 
-    def new_range(self, end: int, kind: str) -> UOp:
-        r = UOp(Ops.RANGE, INDEX, (iconst(end),), (self.n_ranges, kind))
+    def new_range(self, end: sint, kind: str) -> UOp:
+        r = UOp(Ops.RANGE, INDEX, (as_size(end),), (self.n_ranges, kind))
         self.n_ranges += 1
         return r
 

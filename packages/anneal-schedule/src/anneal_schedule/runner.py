@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir import UOp
+from anneal_ir.sint import UnboundVariableError, upper
 from anneal_schedule.backend import Backend, Program
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.schedule import Kernel, Schedule, Scheduler
@@ -52,16 +53,20 @@ class Runner:
 
     def realize(self, outputs: list[UOp], var_values: dict[str, int] | None = None) -> list[Buffer]:
         """Schedule and run; returns one Buffer per output."""
-        sched, inputs = self.scheduler.schedule(outputs)
-        return self.execute(sched, inputs, var_values or {})
+        sched, inputs, bound = self.scheduler.schedule_bound(outputs)
+        return self.execute(sched, inputs, bound | (var_values or {}))
 
     def execute(self, sched: Schedule, inputs: list[Buffer], var_values: dict[str, int]) -> list[Buffer]:
+        missing = [v for v in sched.variables if v not in var_values]
+        if missing:
+            raise UnboundVariableError(f"Variable {missing[0]!r} has no value in this graph: bind it where data "
+                                       f"enters, e.g. x.reshape({missing[0]}.bind(len(data)), ...)")  # fmt: skip
         physical: dict[int, Buffer] = {}
         slots: list[Buffer] = list(inputs)
         for k, (size, dtype) in enumerate(sched.buffers):
             pid = sched.physical[k]
             if pid not in physical:
-                physical[pid] = Buffer(self.device, self.backend, size, dtype)
+                physical[pid] = Buffer(self.device, self.backend, upper(size), dtype)
             slots.append(physical[pid])
         self.run_kernels(sched, slots, var_values)
         if self.recording is not None:

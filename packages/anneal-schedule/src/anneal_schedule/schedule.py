@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir import DType, GroupOp, Ops, UOp, dtypes, graph_rewrite
+from anneal_ir.sint import sint, variables
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
 from anneal_schedule.simplify import simplify_kernel
 
@@ -22,11 +23,12 @@ class Slot:
     """Stands for the i-th input buffer while scheduling (so the schedule is data-independent)."""
 
     index: int
-    size: int
+    size: sint  # symbolic when the buffer is read through a view of symbolic shape
     dtype: DType
 
     def content_key(self) -> str:
-        return f"Slot({self.index},{self.size},{self.dtype.name})"
+        size = self.size if isinstance(self.size, int) else self.size.key.hex()
+        return f"Slot({self.index},{size},{self.dtype.name})"
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,10 @@ class Kernel:
 class Schedule:
     kernels: tuple[Kernel, ...]
     n_inputs: int
-    buffers: tuple[tuple[int, DType], ...]  # (size, dtype) of slots n_inputs, n_inputs+1, ...
+    buffers: tuple[tuple[sint, DType], ...]  # (size, dtype) of slots n_inputs, ...; allocated at the size's upper bound
     outputs: tuple[int, ...]  # slot holding each requested output
     physical: tuple[int, ...]  # memory plan: slot n_inputs+k lives in physical buffer physical[k]
+    variables: tuple[str, ...] = ()  # the Variables its kernels read: each call must give their values
 
 
 @dataclass
@@ -60,16 +63,34 @@ def normalize(outputs: list[UOp]) -> tuple[UOp, list[Any]]:
     """Replace every BUFFER's arg with a numbered Slot, in toposort order.
 
     Returns the normalized SINK and the original Buffer objects in slot order."""
+    sink, buffers, _ = normalize_bound(outputs)
+    return sink, buffers
+
+
+def normalize_bound(outputs: list[UOp]) -> tuple[UOp, list[Any], dict[str, int]]:
+    """normalize, and also replace every BIND with its Variable: the schedule of a symbolic
+    graph is the same for every value. Returns the values bound, by Variable name."""
     sink = UOp(Ops.SINK, dtypes.void, tuple(outputs))
+    nodes = sink.toposort()
+    symbolic_size = {n.src[0]: n.size for n in nodes
+                     if n.op is Ops.RESHAPE and n.src[0].op is Ops.BUFFER and not isinstance(n.size, int)}  # fmt: skip
     buffers: list[Any] = []
     mapping: dict[UOp, UOp] = {}
-    for node in sink.toposort():
+    values: dict[str, int] = {}
+    for node in nodes:
         if node.op is Ops.BUFFER and node not in mapping:
-            mapping[node] = UOp(Ops.BUFFER, node.dtype, (), Slot(len(buffers), node.arg.size, node.dtype))
+            size = symbolic_size.get(node, node.arg.size)
+            mapping[node] = UOp(Ops.BUFFER, node.dtype, (), Slot(len(buffers), size, node.dtype))
             buffers.append(node.arg)
+        elif node.op is Ops.BIND:
+            name, value = node.src[0].arg[0], node.src[1].arg
+            if values.setdefault(name, value) != value:
+                raise ValueError(f"Variable {name!r} is bound to both {values[name]} and {value} in one graph; "
+                                 "give each call one value")  # fmt: skip
+            mapping[node] = node.src[0]
     if not mapping:
-        return sink, buffers
-    return substitute(sink, mapping), buffers
+        return sink, buffers, values
+    return substitute(sink, mapping), buffers, values
 
 
 def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
@@ -98,18 +119,23 @@ class Scheduler:
     stats: ScheduleStats = field(default_factory=ScheduleStats)
 
     def schedule(self, outputs: list[UOp]) -> tuple[Schedule, list[Any]]:
-        sink, inputs = normalize(outputs)
+        sched, inputs, _ = self.schedule_bound(outputs)
+        return sched, inputs
+
+    def schedule_bound(self, outputs: list[UOp]) -> tuple[Schedule, list[Any], dict[str, int]]:
+        """schedule, plus the values the graph binds its Variables to (the schedule has none)."""
+        sink, inputs, values = normalize_bound(outputs)
         key = sink.key
         if key in self.cache:
             self.cache.move_to_end(key)
             self.stats.hits += 1
-            return self.cache[key], inputs
+            return self.cache[key], inputs, values
         self.stats.misses += 1
         sched = build_schedule(sink, len(inputs), self.max_buffers)
         self.cache[key] = sched
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
-        return sched, inputs
+        return sched, inputs, values
 
 
 class ScheduleError(RuntimeError):
@@ -131,7 +157,7 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     consumers = _consumers(sink)
     split: set[UOp] = set()  # fused nodes given their own kernel to respect max_buffers
     slot_of: dict[UOp, int] = {}
-    buffers: list[tuple[int, DType]] = []
+    buffers: list[tuple[sint, DType]] = []
     kernels: list[Kernel] = []
     assigned: set[int] = set()  # input slots already overwritten by an ASSIGN kernel
     pending: set[UOp] = set()  # assigns being realized (to catch cycles)
@@ -214,8 +240,9 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         out = sink.src[i]
         slots[i] = slot_of[out] if out in slot_of else realize(out)
     outputs = [slots[i] for i in range(len(sink.src))]
+    used = variables(tuple(n for k in kernels for n in k.ast.toposort() if n.op is Ops.DEFINE_VAR))
     return Schedule(tuple(kernels), n_inputs, tuple(buffers), tuple(outputs),
-                    plan_memory(kernels, n_inputs, buffers, set(outputs)))  # fmt: skip
+                    plan_memory(kernels, n_inputs, buffers, set(outputs)), tuple(v.arg[0] for v in used))  # fmt: skip
 
 
 RECOMPUTE_LIMIT = 24  # ALU ops an elementwise chain may have and still be recomputed by each reader
@@ -290,7 +317,7 @@ def _reads_elsewhere(ast: UOp, slot_arg: int) -> bool:
 
 
 def plan_memory(
-    kernels: list[Kernel], n_inputs: int, buffers: list[tuple[int, DType]], keep: set[int]
+    kernels: list[Kernel], n_inputs: int, buffers: list[tuple[sint, DType]], keep: set[int]
 ) -> tuple[int, ...]:
     """Greedy reuse: an intermediate's buffer is free for kernels after its last reader."""
     last_use: dict[int, int] = {}
@@ -298,7 +325,7 @@ def plan_memory(
         for s in kern.slots:
             last_use[s] = k
     physical: list[int] = []
-    free: list[tuple[tuple[int, DType], int]] = []  # ((size, dtype), physical id)
+    free: list[tuple[tuple[sint, DType], int]] = []  # ((size, dtype), physical id)
     n_physical = 0
     freed_after: dict[int, list[int]] = {}
     owner: dict[int, int] = {}

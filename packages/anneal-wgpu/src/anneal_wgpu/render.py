@@ -9,6 +9,10 @@ Storage: WGSL has no 8/16/64-bit integers, no f64 and no host-shareable bool, so
 backend stores bool as u32 (0/1), int8/16/64 as i32, uint8/16/64 as u32, bfloat16 (and
 float16 without ``shader-f16``) as f32. int64 values must fit in i32 (checked on copy-in).
 Index arithmetic is i32; a kernel whose index bounds do not fit is refused at compile time.
+
+Symbolic sizes: a kernel over a Variable reads its value from a small uniform buffer bound
+after the storage buffers (``vars``); loop ends and the output count are expressions over it,
+and the runtime computes the workgroup count per call from the values.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir import DType, Ops, UOp, dtypes
+from anneal_ir.sint import sadd, sdiv, sint, smul, sprod, upper, variables
 from anneal_schedule.opt import KernelOpts
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
@@ -101,9 +106,22 @@ class Kernel:
     name: str
     source: str
     bindings: tuple[tuple[int, DType, bool], ...]  # (arg index, dtype, written)
-    groups: int  # workgroups to dispatch (the runtime folds them into 2-D past the per-dimension limit)
+    groups: sint  # workgroups to dispatch (the runtime folds them into 2-D past the per-dimension limit)
     workgroup: int  # invocations per workgroup
     strategy: str
+    variables: tuple[str, ...] = ()  # Variable names, in the order of the ``vars`` uniform buffer
+
+
+_SIZE_OPS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%"}
+
+
+def end_of(r: UOp) -> sint:
+    """A RANGE's extent: an int, or a symbolic size."""
+    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else r.src[0]
+
+
+def ceil_div(a: sint, b: int) -> sint:
+    return math.ceil(a / b) if isinstance(a, int) else sdiv(sadd(a, b - 1), b)
 
 
 @dataclass
@@ -115,6 +133,21 @@ class WGSLRenderer:
     names: dict[UOp, tuple[str, Block]] = field(default_factory=dict)
     ranges_of: dict[UOp, frozenset[UOp]] = field(default_factory=dict)
     counter: int = 0
+    variables: tuple[str, ...] = ()
+
+    def size(self, x: sint) -> str:
+        """A size as WGSL i32: an int, or an expression over the Variables (non-negative: / and % are exact)."""
+        if isinstance(x, int):
+            return str(x)
+        if x.op is Ops.CONST:
+            return str(int(x.arg))
+        if x.op is Ops.DEFINE_VAR:
+            return f"v_{x.arg[0]}"
+        if x.op in _SIZE_OPS:
+            return "(" + f" {_SIZE_OPS[x.op]} ".join(self.size(s) for s in x.src) + ")"
+        if x.op is Ops.MAX:
+            return f"max({self.size(x.src[0])}, {self.size(x.src[1])})"
+        raise RenderError(f"kernel {self.name}: a symbolic size with {x.op.name}")
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -125,6 +158,8 @@ class WGSLRenderer:
 
     # ---- analysis ----
     def analyse(self) -> None:
+        defined = tuple(n for n in self.ast.toposort() if n.op is Ops.DEFINE_VAR)
+        self.variables = tuple(v.arg[0] for v in variables(defined))
         for n in self.ast.toposort():
             if n.op is Ops.RANGE:
                 self.ranges_of[n] = frozenset({n})
@@ -165,6 +200,8 @@ class WGSLRenderer:
         op = u.op
         if op is Ops.RANGE:
             return self.names[u][0]
+        if op is Ops.DEFINE_VAR:
+            return f"v_{u.arg[0]}"
         if op is Ops.LOAD:
             return self.load(u, b)
         if op is Ops.REDUCE:
@@ -226,7 +263,7 @@ class WGSLRenderer:
             name = self.fresh("r")
             inner = Block(inner.scope | {r}, inner)
             self.names[r] = (name, inner)
-            opened.append((inner, name, int(r.src[0].arg)))
+            opened.append((inner, name, self.size(end_of(r))))
         value = self.ref(u.src[0], inner)
         if u.arg is Ops.ADD:
             inner.lines.append(f"{acc} = {acc} + {value};")
@@ -243,7 +280,7 @@ class WGSLRenderer:
     def inline(self, u: UOp, bound: dict[UOp, str]) -> tuple[list[str], str]:
         """Lines computing u, and its name, where each RANGE (or REDUCE) in bound is that expression."""
         sub = WGSLRenderer(self.name, self.ast, self.f16, self.workgroup)
-        sub.ranges_of, sub.counter = self.ranges_of, self.counter
+        sub.ranges_of, sub.counter, sub.variables = self.ranges_of, self.counter, self.variables
         everything = frozenset(n for n in self.ranges_of if n.op is Ops.RANGE)
         block = Block(everything, None)
         for node, expr in bound.items():
@@ -261,17 +298,13 @@ class WGSLRenderer:
             value = f"select(0u, 1u, {value})"
         return [*lines, *idx_lines, f"b{out.arg}[{index}] = {value};"]
 
-    @staticmethod
-    def split(flat: str, ranges: list[UOp], names: list[str]) -> list[str]:
+    def split(self, flat: str, ranges: list[UOp], names: list[str]) -> list[str]:
         """let-lines recovering each range's value from a flat index (last range fastest)."""
-        lines, stride = [], 1
-        for r in ranges:
-            stride *= int(r.src[0].arg)
-        for r, name in zip(ranges, names):
-            end = int(r.src[0].arg)
-            stride //= end
-            quotient = f"({flat} / {stride})" if stride > 1 else flat
-            lines.append(f"let {name}: i32 = {quotient} % {end};")
+        lines = []
+        for i, (r, name) in enumerate(zip(ranges, names)):
+            stride = sprod(end_of(q) for q in ranges[i + 1 :])
+            quotient = f"({flat} / {self.size(stride)})" if stride != 1 else flat
+            lines.append(f"let {name}: i32 = {quotient} % {self.size(end_of(r))};")
         return lines
 
     def render(self, opts: KernelOpts | None = None) -> Kernel:
@@ -281,10 +314,8 @@ class WGSLRenderer:
         assert store.op is Ops.STORE, "a kernel is SINK(STORE)"
         globs = sorted({n.arg: n for n in nodes if n.op is Ops.DEFINE_GLOBAL}.items())
         global_ranges = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda r: r.arg[0])
-        total = 1
-        for r in global_ranges:
-            total *= int(r.src[0].arg)
-        if total > I32_MAX:
+        total = sprod(end_of(r) for r in global_ranges)
+        if upper(total) > I32_MAX:
             raise RenderError(f"kernel {self.name}: {total} output elements do not fit in i32 indexing")
         if total == 0:  # an empty output: nothing to compute, and the runtime dispatches nothing
             source = f"// {self.name}: empty output\n@compute @workgroup_size(1)\nfn main() {{}}\n"
@@ -307,8 +338,11 @@ class WGSLRenderer:
             header.append(f"@group(0) @binding({arg}) var<storage, {access}> b{arg}: "
                           f"array<{storage_type(g.dtype, self.f16)}>;")  # fmt: skip
             bindings.append((arg, g.dtype, written))
+        if self.variables:  # uniform arrays have a 16-byte stride: four values per element
+            header.append(f"struct Vars {{ v: array<vec4<i32>, {math.ceil(len(self.variables) / 4)}> }}")
+            header.append(f"@group(0) @binding({len(globs)}) var<uniform> vars: Vars;")
         source = "\n".join([f"// {self.name} ({opts.strategy})", *header, *body]) + "\n"
-        return Kernel(self.name, source, tuple(bindings), groups, self.workgroup, opts.strategy)
+        return Kernel(self.name, source, tuple(bindings), groups, self.workgroup, opts.strategy, self.variables)
 
     def entry(self) -> list[str]:
         return [
@@ -317,9 +351,10 @@ class WGSLRenderer:
             "        @builtin(num_workgroups) nwg: vec3<u32>) {",
             "  let w: i32 = i32(wid.x + wid.y * nwg.x);  // workgroups fold into 2-D past the dispatch limit",
             "  let lid: i32 = i32(lid_u);",
+            *(f"  let v_{v}: i32 = vars.v[{i // 4}][{i % 4}];" for i, v in enumerate(self.variables)),
         ]
 
-    def render_flat(self, store: UOp, global_ranges: list[UOp], total: int) -> tuple[list[str], int]:
+    def render_flat(self, store: UOp, global_ranges: list[UOp], total: sint) -> tuple[list[str], sint]:
         root = Block(frozenset(global_ranges), None)
         names = [self.fresh("g") for _ in global_ranges]
         root.lines.extend(self.split("t", global_ranges, names))
@@ -334,13 +369,13 @@ class WGSLRenderer:
         body = [
             *self.entry(),
             f"  let t: i32 = w * {self.workgroup} + lid;",
-            f"  if (t >= {total}) {{ return; }}",
+            f"  if (t >= {self.size(total)}) {{ return; }}",
             *("  " + ln for ln in root.lines),
             "}",
         ]
-        return body, math.ceil(total / self.workgroup)
+        return body, ceil_div(total, self.workgroup)
 
-    def render_group(self, store: UOp, global_ranges: list[UOp], total: int) -> tuple[list[str], int]:
+    def render_group(self, store: UOp, global_ranges: list[UOp], total: sint) -> tuple[list[str], sint]:
         """One workgroup per output: for each reduction, invocations stride over its range, then a tree
         in shared memory; invocation 0 computes the rest of the expression and stores."""
         reduces = [n for n in self.ast.toposort() if n.op is Ops.REDUCE]
@@ -353,16 +388,14 @@ class WGSLRenderer:
         for i, red in enumerate(reduces):
             t = self.ctype(red)
             rranges = list(red.src[1:])
-            size = 1
-            for r in rranges:
-                size *= int(r.src[0].arg)
+            size = sprod(end_of(r) for r in rranges)
             rnames = [self.fresh("r") for _ in rranges]
             value_lines, value = self.inline(red.src[0], gbound | dict(zip(rranges, rnames)) | results)
             combine = self.combiner(red)
             shared.append(f"var<workgroup> partial{i}: array<{t}, {wg}>;")
             body_lines += [
                 f"var acc{i}: {t} = {self.identity(red)};",
-                f"for (var f: i32 = lid; f < {size}; f += {wg}) {{",
+                f"for (var f: i32 = lid; f < {self.size(size)}; f += {wg}) {{",
                 *("  " + ln for ln in self.split("f", rranges, rnames)),
                 *("  " + ln for ln in value_lines),
                 f"  acc{i} = {combine(f'acc{i}', value)};",
@@ -380,7 +413,7 @@ class WGSLRenderer:
         body = [
             *shared,
             *self.entry(),
-            f"  if (w >= {total}) {{ return; }}  // uniform: the whole workgroup leaves together",
+            f"  if (w >= {self.size(total)}) {{ return; }}  // uniform: the whole workgroup leaves together",
             *("  " + ln for ln in self.split("w", global_ranges, gnames)),
             *("  " + ln for ln in body_lines),
             "  if (lid == 0) {",
@@ -397,24 +430,20 @@ class WGSLRenderer:
             return lambda x, y: f"{x} | {y}"
         return lambda x, y: f"max({x}, {y})"
 
-    def render_tile(self, store: UOp, global_ranges: list[UOp], opts: KernelOpts) -> tuple[list[str], int]:
+    def render_tile(self, store: UOp, global_ranges: list[UOp], opts: KernelOpts) -> tuple[list[str], sint]:
         """Shared-memory tiled contraction with an RM x RN register tile per invocation."""
         c = opts.contraction
         assert c is not None
         tm, tn, tk = opts.tile
         rm, rn = opts.upcast
         tx_count = tn // rn  # invocations along n
-        m_end, n_end = int(c.m.src[0].arg), int(c.n.src[0].arg)
-        k_end = 1
-        for r in c.k:
-            k_end *= int(r.src[0].arg)
+        m_end, n_end = self.size(end_of(c.m)), self.size(end_of(c.n))
+        k_end = self.size(sprod(end_of(r) for r in c.k))
         ka = [self.fresh("ka") for _ in c.k]  # the k ranges recovered from the flat k of a tile element
         kb = [self.fresh("kb") for _ in c.k]
-        tiles_m, tiles_n = math.ceil(m_end / tm), math.ceil(n_end / tn)
+        tiles_m, tiles_n = ceil_div(end_of(c.m), tm), ceil_div(end_of(c.n), tn)
         outer = [r for r in global_ranges if r is not c.m and r is not c.n]
-        outer_total = 1
-        for r in outer:
-            outer_total *= int(r.src[0].arg)
+        groups = sprod([*(end_of(r) for r in outer), tiles_m, tiles_n])
         onames = [self.fresh("o") for _ in outer]
         obound = dict(zip(outer, onames))
         t = self.ctype(c.reduce)
@@ -444,10 +473,10 @@ class WGSLRenderer:
             f"var<workgroup> As: array<{t}, {(tm + 1) * tk}>;  // [TK][TM + 1]: the pad spreads stores over banks",
             f"var<workgroup> Bs: array<{t}, {tn * tk}>;  // [TK][TN]",
             *self.entry(),
-            f"  if (w >= {outer_total * tiles_m * tiles_n}) {{ return; }}  // uniform: the whole workgroup leaves",
-            f"  let tile_n: i32 = w % {tiles_n};",
-            f"  let tile_m: i32 = (w / {tiles_n}) % {tiles_m};",
-            f"  let outer: i32 = w / {tiles_n * tiles_m};",
+            f"  if (w >= {self.size(groups)}) {{ return; }}  // uniform: the whole workgroup leaves",
+            f"  let tile_n: i32 = w % {self.size(tiles_n)};",
+            f"  let tile_m: i32 = (w / {self.size(tiles_n)}) % {self.size(tiles_m)};",
+            f"  let outer: i32 = w / {self.size(smul(tiles_n, tiles_m))};",
             *("  " + ln for ln in self.split("outer", outer, onames)),
             f"  let tx: i32 = lid % {tx_count};",
             f"  let ty: i32 = lid / {tx_count};",
@@ -499,7 +528,7 @@ class WGSLRenderer:
             *epilogue_lines,
             "}",
         ]
-        return body, outer_total * tiles_m * tiles_n
+        return body, groups
 
     def identity(self, red: UOp) -> str:
         t = self.ctype(red)

@@ -18,6 +18,7 @@ import numpy as np
 
 from anneal_ir import DType, UOp, dtypes
 from anneal_ir.settings import Settings
+from anneal_ir.sint import resolve
 from anneal_schedule.backend import Limits
 from anneal_schedule.opt import KernelOpts, choose_opts
 from anneal_wgpu.adapters import select_adapter
@@ -113,6 +114,7 @@ class WebGPUBackend:
         self.workgroup = min(64, self.limits.max_workgroup_invocations)
         self.encoder: Any = None
         self.bind_groups: dict[tuple, Any] = {}
+        self.var_buffers: dict[tuple[int, ...], Any] = {}
         self._fence: Any = None
         self.pool: dict[int, list[Any]] = {}  # freed wgpu buffers by byte size
         self.pooled_bytes = 0
@@ -160,7 +162,8 @@ class WebGPUBackend:
         if self.beam_cache is not None:
             opts = self.beam_cache.get(self._beam_key(ast), ast)
         prog = self.build(name, ast, opts or choose_opts(ast, self.limits))
-        prog.tuned = opts is not None or self.beam_cache is None or reads_own_output(ast)
+        # a kernel over Variables is not searched: its best strategy depends on the values
+        prog.tuned = opts is not None or self.beam_cache is None or reads_own_output(ast) or bool(prog.kernel.variables)
         return prog
 
     def build(self, name: str, ast: UOp, opts: KernelOpts) -> WebGPUProgram:
@@ -187,13 +190,30 @@ class WebGPUBackend:
         program.tuned = True
         self.beam_cache.put(self._beam_key(program.ast), best)
 
-    def _bind_group(self, prog: WebGPUProgram, buffers: list[GPUBuffer]) -> Any:
-        key = (prog.uid, *(b.uid for b in buffers))  # uids, never reused (unlike id())
+    def _var_buffer(self, values: tuple[int, ...]) -> Any:
+        """A uniform buffer holding these Variable values (one per distinct tuple: dispatches recorded
+        before a submit cannot share one buffer rewritten in between)."""
+        buf = self.var_buffers.get(values)
+        if buf is None:
+            data = np.zeros(4 * math.ceil(len(values) / 4), np.int32)
+            data[: len(values)] = values
+            buf = self.device.create_buffer_with_data(data=data.tobytes(), usage=self.wgpu.BufferUsage.UNIFORM)
+            if len(self.var_buffers) > 256:
+                self.var_buffers.pop(next(iter(self.var_buffers)))
+            self.var_buffers[values] = buf
+        return buf
+
+    def _bind_group(self, prog: WebGPUProgram, buffers: list[GPUBuffer], values: tuple[int, ...] = ()) -> Any:
+        key = (prog.uid, *(b.uid for b in buffers), values)  # uids, never reused (unlike id())
         bg = self.bind_groups.get(key)
         if bg is None:
             entries = [{"binding": arg, "resource": {"buffer": buffers[arg].buffer, "offset": 0,
                                                      "size": buffers[arg].buffer.size}}
                        for arg, _, _ in prog.kernel.bindings]  # fmt: skip
+            if prog.kernel.variables:
+                vb = self._var_buffer(values)
+                entries.append({"binding": len(prog.kernel.bindings),
+                                "resource": {"buffer": vb, "offset": 0, "size": vb.size}})  # fmt: skip
             bg = self.device.create_bind_group(layout=prog.layout, entries=entries)
             if len(self.bind_groups) > 512:  # a bind group keeps its buffers alive: bound the cache
                 self.bind_groups.pop(next(iter(self.bind_groups)))
@@ -205,7 +225,8 @@ class WebGPUBackend:
             program.tuned = True  # before searching: the search itself runs the program
             self._tune(program, buffers)
         k = program.kernel
-        groups = k.groups
+        values = tuple(var_values[v] for v in k.variables)
+        groups = resolve(k.groups, var_values)
         if groups == 0:
             return
         max_x = self.limits.max_workgroups_per_dim
@@ -217,7 +238,7 @@ class WebGPUBackend:
                 self.encoder = self.device.create_command_encoder()
             cpass = self.encoder.begin_compute_pass()
             cpass.set_pipeline(program.pipeline)
-            cpass.set_bind_group(0, self._bind_group(program, buffers))
+            cpass.set_bind_group(0, self._bind_group(program, buffers, values))
             cpass.dispatch_workgroups(gx, gy, 1)
             cpass.end()
         except Exception as exc:

@@ -6,6 +6,9 @@ skip Python entirely: the Tensor arguments' buffers are bound in place of the ca
 ones and the recorded kernels run again. Parameters updated with ``assign`` live in the
 same buffers across calls, so training steps replay correctly.
 
+A size that changes per call is a Variable: pass ``x.reshape(batch.bind(n), ...)`` and one
+capture serves every n in the Variable's bounds (its buffers are allocated for the largest).
+
 Rules, as in tinygrad's TinyJit: pass every per-call input as a Tensor argument (anything
 else is baked in at capture), realize what you return, and expect the returned tensors to
 be overwritten by the next call (copy them if you keep them).
@@ -20,6 +23,7 @@ from typing import Any
 
 from anneal.realize import as_buffer, buffer_view, runner
 from anneal.tensor import Tensor
+from anneal_ir.sint import bound_values
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.runner import Executed
 
@@ -105,6 +109,11 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
                 f"jit: arguments changed since capture: {cap.signature} -> {_signature(tensors)} "
                 "(shapes, dtypes and devices must stay the same; make a new jit for new shapes)"
             )
+        values: dict[str, int] = {}  # this call's Variable values, bound in the arguments' views
+        for t in tensors:
+            for name, v in bound_values(t.uop).items():
+                if values.setdefault(name, v) != v:
+                    raise JitError(f"jit: Variable {name!r} is bound to both {values[name]} and {v} in the arguments")
         bufs: list[Buffer] = []
         for t in tensors:
             b = as_buffer(t.uop)
@@ -113,13 +122,13 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
         for c, s, i in cap.arg_slots:
             cap.calls[c].slots[s] = bufs[i]
         for call in cap.calls:
-            runner(call.slots[0].device).run_kernels(call.schedule, call.slots, {})
+            runner(call.slots[0].device).run_kernels(call.schedule, call.slots, values)
         self.replays += 1
 
         def rebuild(x: Any) -> Any:
             if isinstance(x, tuple) and x and x[0] == "slot":
                 _, c, s, shape, device = x
-                return Tensor._from(buffer_view(cap.calls[c].slots[s], shape), device)
+                return Tensor._from(buffer_view(cap.calls[c].slots[s], shape, values), device)
             if isinstance(x, (tuple, list)):
                 return type(x)(rebuild(v) for v in x)
             return x

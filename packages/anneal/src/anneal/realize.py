@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 import weakref
+from typing import Any
 
 from anneal.registry import get_backend
 from anneal_ir import Ops, Settings, UOp, graph_rewrite
 from anneal_ir.pattern import PatternMatcher, UPat
+from anneal_ir.sint import bind, bound_values, variables
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.runner import Runner
 
@@ -26,8 +28,10 @@ def runner(device: str) -> Runner:
     return Runner(name, backend, debug=Settings.from_env().debug)  # type: ignore[arg-type]
 
 
-def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-    return buf.view(shape)
+def buffer_view(buf: Buffer, shape: tuple[Any, ...], values: dict[str, int] | None = None) -> UOp:
+    """buf viewed as shape; a symbolic shape binds its Variables to values (this call's)."""
+    binds = tuple(bind(v, (values or {})[v.arg[0]]) for v in variables(shape))
+    return buf.view(shape, binds)
 
 
 def as_buffer(u: UOp) -> Buffer | None:
@@ -54,10 +58,11 @@ def realize(device: str, uops: list[UOp]) -> list[UOp]:
     if done:
         sink = graph_rewrite(sink, _substitute_realized, ctx=done, bottom_up=True, name="use_realized")
     bufs = runner(device).realize(list(sink.src))
+    values = bound_values(sink) if any(variables(u.shape) for u in todo) else {}
     views = {}
     for u, buf in zip(todo, bufs):
         assert u.shape is not None
-        views[u] = buffer_view(buf, u.shape)
+        views[u] = buffer_view(buf, u.shape, values)
         if u.op is not Ops.ASSIGN:  # an assigned buffer changes again later: never stands for this graph
             done[u] = views[u]
     return [views.get(u, u) for u in uops]

@@ -18,16 +18,26 @@ from anneal.realize import as_buffer, buffer_view, realize
 from anneal.registry import resolve_device
 from anneal_ir import DType, Ops, UOp, dtypes, promote_types
 from anneal_ir.dtype import result_type_with_scalar, scalar_dtype
+from anneal_ir.sint import bound_values, render_shape, resolve_shape, sdiv, sint, smul, sprod
 from anneal_schedule.buffer import Buffer
 
 Scalar = int | float | bool
-Shape = tuple[int, ...]
+# a size is an int, or a symbolic size over Variables (anneal_ir.sint) where one is in play; typed Any so
+# code written for int sizes type-checks, as torch's SymInt passes for an int
+Shape = tuple[Any, ...]
 
 
 def _shape_arg(shape: Any) -> tuple[Any, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])
     return tuple(shape)
+
+
+def _unbind(shape: tuple[Any, ...]) -> tuple[Shape, tuple[UOp, ...]]:
+    """Sizes with each bound Variable (``var.bind(n)``) replaced by the Variable, and the BINDs."""
+    binds = tuple(d for d in shape if isinstance(d, UOp) and d.op is Ops.BIND)
+    sizes = tuple(d.src[0] if isinstance(d, UOp) and d.op is Ops.BIND else d for d in shape)
+    return tuple(d if isinstance(d, UOp) else int(d) for d in sizes), binds
 
 
 def _norm_dim(dim: int, ndim: int, op: str = "dim") -> int:
@@ -44,7 +54,9 @@ def broadcast_shape(*shapes: Shape, op: str = "broadcast") -> Shape:
     for dims in zip(*padded):
         sizes = {d for d in dims if d != 1}
         if len(sizes) > 1:
-            raise ValueError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+            raise ValueError(
+                f"{op}: shapes {' and '.join(render_shape(tuple(s)) for s in shapes)} cannot be broadcast together"
+            )
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
 
@@ -126,8 +138,9 @@ class Tensor:
         dev = resolve_device(device or "auto")[0]
         u = UOp.const(dt, fill_value)
         if shape:
+            sizes, binds = _unbind(shape)
             u = UOp(Ops.RESHAPE, dt, (u,), (1,) * len(shape))
-            u = UOp(Ops.EXPAND, dt, (u,), tuple(int(s) for s in shape))
+            u = UOp(Ops.EXPAND, dt, (u, *binds), sizes)
         return Tensor._from(u, dev, requires_grad)
 
     @staticmethod
@@ -213,8 +226,8 @@ class Tensor:
     def dim(self) -> int:
         return self.ndim
 
-    def numel(self) -> int:
-        return math.prod(self.shape)
+    def numel(self) -> Any:
+        return sprod(self.shape)
 
     def size(self, dim: int | None = None) -> Any:
         return self.shape if dim is None else self.shape[_norm_dim(dim, self.ndim)]
@@ -226,7 +239,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         grad = " requires_grad" if self.requires_grad else ""
-        return f"<Tensor {self.shape} {self.dtype.name} on {self.device}{grad}>"
+        return f"<Tensor {render_shape(self.shape)} {self.dtype.name} on {self.device}{grad}>"
 
     def realize(self) -> Tensor:
         (self.uop,) = realize(self.device, [self.uop])
@@ -236,7 +249,8 @@ class Tensor:
         self.realize()
         buf = as_buffer(self.uop)
         assert buf is not None
-        return _from_storage(buf.numpy(), self.dtype).reshape(self.shape)
+        shape = resolve_shape(self.shape, bound_values(self.uop))  # a symbolic view reads a prefix
+        return _from_storage(buf.numpy()[: math.prod(shape)], self.dtype).reshape(shape)
 
     def item(self) -> Any:
         if self.numel() != 1:
@@ -641,21 +655,43 @@ class Tensor:
 
     # ---- movement ----
     def reshape(self, *shape: Any) -> Tensor:
-        shape = _shape_arg(shape)
+        """As torch; a size may also be a Variable, or one bound for this call (``var.bind(n)``)."""
+        asked = _shape_arg(shape)
+        shape, binds = _unbind(asked)
         if shape.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {shape} for input of shape {self.shape}")
-        known = math.prod(s for s in shape if s != -1)
+            raise ValueError(f"reshape: only one dimension can be -1, got {render_shape(shape)} "
+                             f"for input of shape {render_shape(self.shape)}")  # fmt: skip
+        known = sprod(d for d in shape if not (isinstance(d, int) and d == -1))
         if -1 in shape:
-            if known == 0 or self.numel() % known:
-                raise ValueError(f"reshape: shape {tuple(shape)} is invalid for input of shape {self.shape}")
-            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-        shape = tuple(int(s) for s in shape)
-        if math.prod(shape) != self.numel():
-            raise ValueError(f"reshape: shape {shape} is invalid for input of shape {self.shape} "
-                             f"({self.numel()} elements)")  # fmt: skip
+            missing = sdiv(self.numel(), known) if known != 0 else 0
+            if known == 0 or smul(missing, known) != self.numel():
+                raise ValueError(f"reshape: shape {render_shape(shape)} is invalid for input of shape "
+                                 f"{render_shape(self.shape)}")  # fmt: skip
+            shape = tuple(missing if isinstance(d, int) and d == -1 else d for d in shape)
+        if not self._same_numel(shape, binds):
+            raise ValueError(f"reshape: shape {render_shape(asked)} is invalid for input of shape "
+                             f"{render_shape(self.shape)} ({_render_numel(self.numel())} elements)")  # fmt: skip
         if shape == self.shape:
             return self
-        return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
+        src = self.uop
+        if binds and src.op is Ops.RESHAPE and as_buffer(src) is not None and not self.requires_grad:
+            # data viewed anew: reshape the buffer itself, so a symbolic view's graph does not
+            # depend on this call's size (one schedule for every batch)
+            src, binds = src.src[0], tuple(dict.fromkeys(src.src[1:] + binds))
+        return self._new(UOp(Ops.RESHAPE, self.dtype, (src, *binds), shape))
+
+    def _same_numel(self, shape: Shape, binds: tuple[UOp, ...]) -> bool:
+        """Equal sizes; a concrete tensor meets a symbolic shape through the values bound here."""
+        new, old = sprod(shape), self.numel()
+        if new == old:
+            return True
+        if isinstance(new, int) and isinstance(old, int):
+            return False
+        values = {b.src[0].arg[0]: b.src[1].arg for b in binds} | bound_values(self.uop)
+        try:
+            return resolve_shape((new,), values) == resolve_shape((old,), values)
+        except ValueError:
+            return False
 
     view = reshape
 
@@ -744,7 +780,7 @@ class Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = _norm_dim(start_dim, self.ndim, "flatten"), _norm_dim(end_dim, self.ndim, "flatten")
-        return self.reshape(self.shape[:s] + (math.prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
+        return self.reshape(self.shape[:s] + (sprod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         d = _norm_dim(dim, self.ndim, "unflatten")
@@ -840,8 +876,10 @@ class Tensor:
     def mean(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         axes = self._axes(axis, "mean")
-        count = math.prod(self.shape[a] for a in axes) if self.ndim else 1
+        count = sprod(self.shape[a] for a in axes) if self.ndim else 1
         x = self._float()
+        if isinstance(count, UOp):  # known per call: divide by the Variable's value
+            return x.sum(axes, keepdim) * self._size_tensor(count, x.dtype).reciprocal()
         return x.sum(axes, keepdim) * (1.0 / count if count else math.nan)
 
     def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1, dim: Any = None,
@@ -850,10 +888,16 @@ class Tensor:
         if unbiased is not None:
             correction = int(unbiased)
         axes = self._axes(axis, "var")
-        n = math.prod(self.shape[a] for a in axes) if self.ndim else 1
+        n = sprod(self.shape[a] for a in axes) if self.ndim else 1
         x = self._float()
         sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim)
+        if isinstance(n, UOp):
+            return sq * (self._size_tensor(n, x.dtype) - correction).reciprocal()
         return sq * (1.0 / max(n - correction, 0) if n - correction > 0 else math.inf)
+
+    def _size_tensor(self, size: UOp, dtype: DType) -> Tensor:
+        """A symbolic size as a 0-d tensor of dtype (its value comes from the call's BIND)."""
+        return Tensor._from(size.cast(dtype), self.device)
 
     def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1, dim: Any = None,
             unbiased: bool | None = None) -> Tensor:  # fmt: skip
@@ -1159,6 +1203,10 @@ def _to_numpy(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
         else:
             dtype = dtypes.from_any(arr.dtype)
     return arr, dtype
+
+
+def _render_numel(n: sint) -> str:
+    return render_shape((n,))[1:-2]
 
 
 def _flatten(data: Iterable) -> Iterable:
