@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anneal_models import conv, mlp
+from anneal_models import conv, dynmlp, mlp
 from anneal_wgpu.testing import require_adapter
 
 
-@pytest.mark.parametrize("module,steps", [(mlp, 40), (conv, 8)], ids=["mlp", "conv"])
+@pytest.mark.parametrize("module,steps", [(mlp, 40), (conv, 8), (dynmlp, 12)], ids=["mlp", "conv", "dynmlp"])
 def test_training_matches_across_backends(module: Any, steps: int) -> None:
     require_adapter(pytest.fail, pytest.skip)
     config = {**module.DEFAULTS, **module.PRESETS["tiny"]}

@@ -208,3 +208,23 @@ def test_nan_keeps_the_folder_with_the_steps_that_ran(
     assert one_error_line(result) == "anneal: error: loss is nan at step 3; training stopped"
     assert (out / "loss.csv").read_text() == "step,loss\n1,0.5\n2,0.25\n"
     assert json.loads((out / "config.json").read_text())["model"] == "fit"
+
+
+def test_dynmlp_any_batch_without_recompiling(cli: AnnealGroup, runner: CliRunner) -> None:
+    """`anneal train dynmlp --batch 7` and `--batch 300`: every step after the jit capture, whatever its size,
+    runs on kernels compiled before it; the second run (same process) compiles nothing at all."""
+    import re
+
+    reports = []
+    for batch in ("7", "300"):
+        result = runner.invoke(cli, ["train", "dynmlp", "--preset", "tiny", "--device", "cpu", "--plain",
+                                     "--steps", "30", "--batch", batch])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        found = re.search(r"(\d+) batch sizes in \[(\d+), (\d+)\].* (\d+) kernels compiled until the jit capture "
+                          r"\(step 2\) and (\d+) after it", result.stdout)  # fmt: skip
+        assert found, result.stdout
+        reports.append([int(g) for g in found.groups()])
+    (sizes7, lo7, hi7, until7, after7), (sizes300, lo300, hi300, until300, after300) = reports
+    assert hi7 <= 7 and lo300 >= 150 and sizes300 > 10
+    assert after7 == 0  # (until7 counts only what this process had not compiled before)
+    assert until300 == 0 and after300 == 0

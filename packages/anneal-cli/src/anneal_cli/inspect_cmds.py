@@ -40,7 +40,7 @@ def graph(model: str, backward: bool, as_json: bool, preset: str | None, device:
         click.echo(json.dumps([asdict(r) for r in rows]))
         return
     for r in rows:
-        shape = "" if r.shape is None else str(r.shape)
+        shape = "" if r.shape is None else "(" + ", ".join(map(str, r.shape)) + ("," if len(r.shape) == 1 else "") + ")"
         srcs = " ".join(f"%{s}" for s in r.sources)
         mark = "  [backward]" if r.phase == "backward" else ""
         click.echo(f"%{r.id:<5} {r.op:<12} {r.dtype:<8} {shape:<18} {srcs:<16} {r.arg}{mark}".rstrip())

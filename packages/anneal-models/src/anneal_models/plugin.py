@@ -9,10 +9,11 @@ from anneal.registry import hookimpl
 
 @hookimpl
 def register_models(register: Callable[..., None]) -> None:
-    from anneal_models import bert, conv, llama, mlp, moe, nanogpt
+    from anneal_models import bert, conv, dynmlp, llama, mlp, moe, nanogpt
 
     for name, module, summary in (
         ("mlp", mlp, "small MLP regression on a synthetic 2-D function"),
+        ("dynmlp", dynmlp, "the mlp task compiled once for a symbolic batch: any --batch without recompiling"),
         ("conv", conv, "small ConvNet (im2col + one matmul) on synthetic oriented bars"),
         ("nanogpt", nanogpt, "char GPT on tinyshakespeare: learned positions, LayerNorm, MHA, GELU, tied head"),
         ("llama", llama, "char Llama on tinyshakespeare: RMSNorm, GQA + RoPE, SwiGLU, tied embeddings"),

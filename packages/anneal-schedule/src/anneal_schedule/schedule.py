@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir import DType, GroupOp, Ops, UOp, dtypes, graph_rewrite
-from anneal_ir.sint import sint, variables
+from anneal_ir.sint import render_size, sint, variables
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
 from anneal_schedule.simplify import simplify_kernel
 
@@ -29,6 +29,9 @@ class Slot:
     def content_key(self) -> str:
         size = self.size if isinstance(self.size, int) else self.size.key.hex()
         return f"Slot({self.index},{size},{self.dtype.name})"
+
+    def describe(self) -> str:
+        return f"Slot({self.index},{render_size(self.size)},{self.dtype.name})"
 
 
 @dataclass(frozen=True)

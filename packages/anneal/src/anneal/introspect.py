@@ -14,6 +14,7 @@ from typing import Any
 from anneal.realize import runner
 from anneal.tensor import Tensor
 from anneal_ir import Ops, PatternMatcher, UOp
+from anneal_ir.sint import render_size
 from anneal_schedule.schedule import normalize
 
 
@@ -22,7 +23,7 @@ class NodeRow:
     id: int
     op: str
     dtype: str
-    shape: tuple[int, ...] | None
+    shape: tuple[int | str, ...] | None  # a symbolic size as text: "batch*4"
     sources: tuple[int, ...]
     arg: str
     phase: str  # "forward" or "backward"
@@ -45,6 +46,10 @@ def _short(arg: Any) -> str:
         return arg.name
     if isinstance(arg, tuple):
         return "(" + ", ".join(_short(a) for a in arg) + ("," if len(arg) == 1 else "") + ")"
+    if isinstance(arg, UOp):
+        return render_size(arg)
+    if hasattr(arg, "describe"):
+        return arg.describe()
     if hasattr(arg, "content_key"):
         return arg.content_key()
     return repr(arg)
@@ -64,7 +69,7 @@ def graph_rows(forward: list[Tensor], backward: list[Tensor]) -> list[NodeRow]:
             ids[n],
             n.op.name,
             n.dtype.name,
-            n.shape,
+            None if n.shape is None else tuple(d if isinstance(d, int) else render_size(d) for d in n.shape),
             tuple(ids[s] for s in n.src),
             _short(n.arg),
             "forward" if n in fwd else "backward",
@@ -84,9 +89,9 @@ def kernel_rows(forward: list[Tensor], backward: list[Tensor], device: str) -> l
     def describe(slot: int) -> str:
         if slot < sched.n_inputs:
             buf = inputs[slot]
-            return f"input{slot} {buf.dtype.name}[{buf.size}]"
+            return f"input{slot} {buf.dtype.name}[{render_size(buf.size)}]"
         size, dtype = sched.buffers[slot - sched.n_inputs]
-        return f"{writer.get(slot, '?')} {dtype.name}[{size}]"
+        return f"{writer.get(slot, '?')} {dtype.name}[{render_size(size)}]"
 
     rows = []
     for k in sched.kernels:
