@@ -241,6 +241,21 @@ def test_optimizer_state_dict_roundtrip_continues_identically() -> None:
         np.testing.assert_allclose(pc.numpy(), pa.numpy(), rtol=1e-6, atol=1e-7)
 
 
+def test_amsgrad_keeps_exp_avg_sq_apart_from_its_max() -> None:
+    """exp_avg_sq and max_exp_avg_sq start equal but are two buffers: the in-place max must not overwrite the
+    average once the average falls below it (here at the fourth step, after the gradients shrink)."""
+    p, tp = Tensor(np.zeros(3, np.float32), requires_grad=True), torch.zeros(3, requires_grad=True)
+    opt, topt = optim.Adam([p], lr=0.1, amsgrad=True), torch.optim.Adam([tp], lr=0.1, amsgrad=True)
+    for scale in (3.0, 1.0, 0.1, 0.01, 2.0):
+        g = np.array([1.0, -2.0, 0.5], np.float32) * scale
+        p.grad, tp.grad = Tensor(g), torch.tensor(g)
+        opt.step()
+        topt.step()
+        for key in ("exp_avg_sq", "max_exp_avg_sq"):
+            np.testing.assert_allclose(opt.state[p][key].numpy(), topt.state[tp][key].numpy(), rtol=1e-6, err_msg=key)
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), **TOL)
+
+
 def test_invalid_arguments() -> None:
     p = Tensor(np.ones(2, np.float32), requires_grad=True)
     with pytest.raises(ValueError, match="nesterov"):

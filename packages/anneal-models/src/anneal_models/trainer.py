@@ -23,7 +23,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from anneal import Tensor
+from anneal import Tensor, dtypes
 from anneal.jit import jit
 from anneal.nn.state import get_state_dict, load_state_dict
 from anneal.optim import LRScheduler, Optimizer
@@ -179,8 +179,13 @@ class SupervisedTrainer:
         out = {f"model.{k}": t for k, t in get_state_dict(self.model).items()}
         opt = self.optimizer
         index = {id(p): i for i, p in enumerate(opt.params)}
+        counts: dict[int, int] = {}  # parameters that step together share one count buffer: read it once
         for p, state in opt.state.items():
             for key, value in state.items():
+                if isinstance(value, Tensor) and value.shape == () and value.dtype.name.startswith(("int", "uint")):
+                    if id(value) not in counts:
+                        counts[id(value)] = int(value)
+                    value = counts[id(value)]  # a count in a device buffer (Adam's step): saved as a 0-d int64
                 t = value if isinstance(value, Tensor) else _scalar(value)
                 if t is not None:
                     out[f"optim.state.{index[id(p)]}.{key}"] = t
@@ -189,9 +194,11 @@ class SupervisedTrainer:
                 t = None if key == "params" else _scalar(value)
                 if t is not None:
                     out[f"optim.group.{gi}.{key}"] = t
-        # Adam advances its bias corrections 1 - beta**t in the graph (float32); saving the running values
-        # makes the resumed steps bit-identical to an uninterrupted run instead of recomputing them.
-        for (gi, step, dtype, _device), (c1, c2) in getattr(opt, "_bias", {}).items():
+        # Adam advances its step counts and bias corrections 1 - beta**t in the graph (so a jit replay moves
+        # them too); saving the running corrections, keyed by the step count they belong to, makes the resumed
+        # steps bit-identical to an uninterrupted run instead of recomputing them.
+        bias_corrections = getattr(opt, "bias_corrections", None)
+        for (gi, step, dtype), (c1, c2) in (bias_corrections() if bias_corrections else {}).items():
             out[f"optim.bias.{gi}.{step}.{dtype.name}.c1"] = c1
             out[f"optim.bias.{gi}.{step}.{dtype.name}.c2"] = c2
         if self.schedule is not None:
@@ -223,7 +230,7 @@ class SupervisedTrainer:
                     raise ValueError(f"optimizer state for parameter {i}, but the optimizer has {len(params)}")
                 arr_dtype = value.dtype
                 if value.shape == () and (arr_dtype.name.startswith("int") or arr_dtype.name == "bool"):
-                    per_param.setdefault(i, {})[name] = _restore(value, 0)  # a Python count, e.g. Adam's step
+                    per_param.setdefault(i, {})[name] = _restore(value, 0)  # a count (Adam's step: a buffer again)
                 else:
                     if value.shape != params[i].shape and value.shape != ():
                         raise ValueError(f"optimizer state {name} of parameter {i} has shape {value.shape}, "
@@ -237,13 +244,12 @@ class SupervisedTrainer:
                 if key != "params" and saved is not None:
                     group[key] = _restore(saved, like)
         opt.load_state_dict({"state": per_param, "param_groups": layout["param_groups"]})
-        if hasattr(opt, "_bias"):
-            by_name = {p.dtype.name: p.dtype for p in params}
-            for (gi, step, dtype_name), pair in ((k, v) for k, v in bias.items() if {"c1", "c2"} <= set(v)):
-                dt = by_name.get(dtype_name)
-                if dt is not None:  # a buffer of its own on this device: it is advanced in place
-                    c1, c2 = (Tensor(pair[c].numpy(), dt, self.device) for c in ("c1", "c2"))
-                    opt._bias[(gi, step, dt, self.device)] = (c1, c2)
+        load_bias_corrections = getattr(opt, "load_bias_corrections", None)
+        if load_bias_corrections is not None:  # copied into buffers of the optimizer's own, advanced in place
+            by_name = {dt.name: dt for dt in (*(p.dtype for p in params), dtypes.float32)}  # float32: master weights
+            load_bias_corrections({(gi, step, by_name[name]): (pair["c1"], pair["c2"])
+                                   for (gi, step, name), pair in bias.items()
+                                   if {"c1", "c2"} <= set(pair) and name in by_name})  # fmt: skip
         if self.schedule is not None:
             sched_state = self.schedule.state_dict()
             restored = {

@@ -6,9 +6,10 @@ pass) and assigns them in place; one realize then runs forward, backward and upd
 schedule, so the scheduler fuses across them.
 
 In place, because anneal.jit replays a captured step by re-running its kernels on the same
-buffers. For the same reason the per-step scalars (learning rate, Adam's bias corrections)
-are 0-d buffers, never constants: a constant would be baked into a capture, and would make
-every step a different graph that misses the schedule cache.
+buffers. For the same reason the per-step scalars (learning rate, Adam's step count and bias
+corrections) are 0-d buffers, never constants or Python numbers: a constant would be baked into a
+capture, and would make every step a different graph that misses the schedule cache; a Python
+number would not move while a replay runs the step.
 
 Parameters stored in float16/bfloat16 get float32 master weights (kept in the optimizer
 state); the stored parameter is the cast of the master.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,8 +73,8 @@ class Optimizer:
 
     In place (assign), not into new buffers: parameters and state keep their buffers, so anneal.jit
     can replay a captured step. Everything that changes per step therefore lives in buffers too: the
-    learning rate (written from group["lr"] by step() and by the LR schedulers) and Adam's bias
-    corrections (advanced in the graph).
+    learning rate (written from group["lr"] by step() and by the LR schedulers) and Adam's step count
+    and bias corrections (advanced in the graph).
     """
 
     def __init__(self, params: ParamsArg, defaults: dict[str, Any]) -> None:
@@ -145,7 +147,7 @@ class Optimizer:
         values the step used."""
         loss = closure() if closure is not None else None
         self.sync_lr()
-        self._bias_memo: dict[tuple[int, int, DType, str], tuple[Tensor, Tensor]] = {}
+        self._begin_step({id(p) for g in self.param_groups for p in g["params"] if p.grad is not None})
         plain: list[Tensor] = [loss] if isinstance(loss, Tensor) else []
         extra_assigns: list[Tensor] = []
         for t in extra:
@@ -176,6 +178,9 @@ class Optimizer:
         realize_all([*plain, *extra_assigns, *self._state_assigns, *param_assigns])
         return loss
 
+    def _begin_step(self, stepping: set[int]) -> None:
+        """Called by step() before it builds the update; stepping holds the id() of each parameter with a .grad."""
+
     def _master(self, p: Tensor, state: dict[str, Any]) -> Tensor:
         """float32 master weights for float16/bfloat16 parameters; otherwise the parameter's own value."""
         if p.dtype.itemsize >= 4:
@@ -188,7 +193,7 @@ class Optimizer:
 
     def _state_update(self, gi: int, group: dict[str, Any], p: Tensor, grad: Tensor,
                       state: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-        """The parameter's new state entries (lazy tensors, or plain values such as a step count)."""
+        """The parameter's new state entries (lazy tensors, or plain values); entries it leaves out stay as they are."""
         return {}
 
     def _param_update(self, gi: int, group: dict[str, Any], p: Tensor, grad: Tensor,
@@ -197,7 +202,8 @@ class Optimizer:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        """torch's layout: state by parameter index, groups with 'params' as index lists."""
+        """torch's layout: state by parameter index, groups with 'params' as index lists. As torch's, the state
+        entries are the live ones: the buffers the next step updates in place (Adam's "step" included)."""
         index = {id(p): i for i, p in enumerate(self.params)}
         groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
                   for g in self.param_groups]  # fmt: skip
@@ -260,12 +266,32 @@ class SGD(Optimizer):
         return p - self.lr_tensor(gi, p.dtype, p.device) * d
 
 
+@dataclass(eq=False)
+class _StepCount:
+    """The step count of the parameters whose state["step"] is `step`: one group, one device, parameters that
+    have stepped together (they share the buffer, so a step advances it once), plus the bias corrections
+    (1 - beta1**step, 1 - beta2**step) of that count, one pair per dtype of the parameters' values."""
+
+    step: Tensor  # 0-d int32 buffer, advanced in the graph
+    group: int
+    bias: dict[DType, tuple[Tensor, Tensor]] = field(default_factory=dict)
+    before: Tensor | None = None  # the count before the advance of the step being built
+    reached: int | None = None  # the count that step reaches, where the host knows it
+
+
 class Adam(Optimizer):
     """torch.optim.Adam (and AdamW, with decoupled weight decay), per-parameter step counts as torch.
 
+    state["step"] is a 0-d int32 buffer, as torch keeps a tensor there: step() advances it with an
+    in-graph assign, so a jit replay advances it too, and int(state["step"]) (or a saved state_dict)
+    gives the steps really taken. Parameters of a group that step together share that buffer (one tiny
+    kernel per step); a parameter that has no .grad at a step is skipped, as torch does, and gets a
+    buffer of its own holding its count.
+
     The bias corrections 1 - beta**step are 0-d buffers advanced in the graph by
     c_t = (1 - beta) + beta * c_{t-1}: that form has no cancellation for small t (where 1 - beta**t
-    computed in float32 loses digits) and keeps a jit replay correct."""
+    computed in float32 loses digits) and keeps a jit replay correct. A count's first correction (first
+    step, after load_state_dict) comes from the host in float64."""
 
     decoupled: bool = False
 
@@ -276,25 +302,110 @@ class Adam(Optimizer):
                              f"weight_decay {weight_decay}")  # fmt: skip
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                                   "amsgrad": amsgrad})  # fmt: skip
-        self._bias: dict[tuple[int, int, DType, str], tuple[Tensor, Tensor]] = {}
+        self._counts: dict[int, _StepCount] = {}  # by id() of the step buffer (which the entry keeps alive)
+        self._advanced: dict[int | tuple[int, str, int], _StepCount] = {}  # counts the step being built moved
+        self._bias_memo: dict[tuple[int, DType], tuple[Tensor, Tensor]] = {}
 
-    def _bias_corrections(self, gi: int, step: int, dtype: DType, device: str) -> tuple[Tensor, Tensor]:
-        """(1 - beta1**step, 1 - beta2**step) as 0-d buffers, shared by the group's parameters at that step."""
-        key = (gi, step, dtype, device)
+    # ---- step counts ----
+    def _begin_step(self, stepping: set[int]) -> None:
+        """Give the parameters that will not step a buffer of their own where they share one with some that will."""
+        self._advanced, self._bias_memo = {}, {}
+        holders: dict[int, list[Tensor]] = {}
+        for p, state in self.state.items():
+            if isinstance(state.get("step"), Tensor):
+                holders.setdefault(id(state["step"]), []).append(p)
+        for ps in holders.values():
+            if any(id(p) in stepping for p in ps):
+                for p in ps:
+                    if id(p) not in stepping:  # a copy through the host: no kernel, so a replay leaves it alone
+                        old = self.state[p]["step"]
+                        self.state[p]["step"] = Tensor(old.numpy(), old.dtype, old.device)
+        self._counts = {k: c for k, c in self._counts.items() if k in holders}
+
+    def _step_count(self, gi: int, state: dict[str, Any], device: str) -> _StepCount:
+        """The parameter's count, advanced by this step (once per shared buffer), as state["step"]."""
+        s = state.get("step")
+        if isinstance(s, Tensor):
+            count = self._advanced.get(id(s))
+            if count is None:
+                count = self._counts.get(id(s)) or _StepCount(s, gi)
+                self._counts[id(s)] = self._advanced[id(s)] = count
+                count.before, count.reached = Tensor._from(s.uop, s.device), None
+                self._state_assigns.append(s.assign(s + 1))
+        else:  # the first step (or a count held as a number): a new buffer, shared with the group's other ones
+            n = 0 if s is None else int(s)
+            key = (gi, device, n)
+            count = self._advanced.get(key)
+            if count is None:
+                t = Tensor(np.asarray(n + 1, np.int32), dtypes.int32, device)
+                count = self._counts[id(t)] = self._advanced[key] = _StepCount(t, gi, reached=n + 1)
+        state["step"] = count.step
+        return count
+
+    def _live_counts(self) -> list[_StepCount]:
+        held = {id(s["step"]) for s in self.state.values() if isinstance(s.get("step"), Tensor)}
+        return [c for k, c in self._counts.items() if k in held]
+
+    def _bias_corrections(self, count: _StepCount, dtype: DType, device: str) -> tuple[Tensor, Tensor]:
+        """(1 - beta1**step, 1 - beta2**step) as 0-d buffers, shared by the parameters sharing the count."""
+        key = (id(count), dtype)
         if key in self._bias_memo:
             return self._bias_memo[key]
-        beta1, beta2 = self.param_groups[gi]["betas"]
-        prev = self._bias.pop((gi, step - 1, dtype, device), None)
-        if prev is None:  # first step (or a parameter that skipped steps): exact values from the host
-            pair = (Tensor(np.asarray(1 - beta1**step), dtype, device),
-                    Tensor(np.asarray(1 - beta2**step), dtype, device))  # fmt: skip
+        beta1, beta2 = self.param_groups[count.group]["betas"]
+        prev = count.bias.get(dtype)
+        if prev is None:  # a new count (first step, a loaded state, a parameter that skipped steps): from the host
+            if count.reached is None:
+                assert count.before is not None
+                count.reached = int(count.before) + 1  # reads the buffer as it was before this step
+            t = count.reached
+            pair = (Tensor(np.asarray(1 - beta1**t), dtype, device),
+                    Tensor(np.asarray(1 - beta2**t), dtype, device))  # fmt: skip
         else:
             c1, c2 = prev
             pair = (c1.assign(c1 * beta1 + (1 - beta1)), c2.assign(c2 * beta2 + (1 - beta2)))
             self._state_assigns += list(pair)
-        self._bias[key] = self._bias_memo[key] = pair
+        count.bias[dtype] = self._bias_memo[key] = pair
         return pair
 
+    def bias_corrections(self) -> dict[tuple[int, int, DType], tuple[Tensor, Tensor]]:
+        """The running bias corrections by (group, step count, dtype): the buffers the step advances. They are
+        float32 recursions, not 1 - beta**t recomputed: a checkpoint that keeps them (with load_bias_corrections)
+        resumes bit for bit. Reads each count from its buffer."""
+        out: dict[tuple[int, int, DType], tuple[Tensor, Tensor]] = {}
+        for count in self._live_counts():
+            t = int(count.step)
+            for dtype, pair in count.bias.items():
+                out[(count.group, t, dtype)] = pair
+        return out
+
+    def load_bias_corrections(self, saved: dict[tuple[int, int, DType], tuple[Any, Any]]) -> None:
+        """After load_state_dict: each count takes the corrections bias_corrections() gave for its group, count and
+        dtype (Tensors or arrays), into buffers of its own; a count without them starts from the host."""
+        for count in self._live_counts():
+            t, device = int(count.step), count.step.device
+            for (gi, n, dtype), pair in saved.items():
+                if gi == count.group and n == t:
+                    c1, c2 = (Tensor(c.numpy() if isinstance(c, Tensor) else np.asarray(c), dtype, device)
+                              for c in pair)  # fmt: skip
+                    count.bias[dtype] = (c1, c2)
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """torch's layout; a saved "step" may be a Tensor, an array or a number. Parameters of a group saved at
+        the same count share one count buffer again."""
+        states = {i: {k: int(v) if k == "step" else v for k, v in s.items()} for i, s in sd["state"].items()}
+        super().load_state_dict({**sd, "state": states})
+        group_of = {id(p): gi for gi, g in enumerate(self.param_groups) for p in g["params"]}
+        shared: dict[tuple[int, str, int], Tensor] = {}
+        self._counts = {}
+        for p, state in self.state.items():
+            if "step" in state:
+                key = (group_of[id(p)], p.device, state["step"])
+                if key not in shared:
+                    t = shared[key] = Tensor(np.asarray(key[2], np.int32), dtypes.int32, p.device)
+                    self._counts[id(t)] = _StepCount(t, key[0])
+                state["step"] = shared[key]
+
+    # ---- the update ----
     def _decayed_grad(self, group: dict[str, Any], p: Tensor, grad: Tensor) -> Tensor:
         wd = group["weight_decay"]
         return grad + wd * p if wd != 0 and not self.decoupled else grad
@@ -302,17 +413,19 @@ class Adam(Optimizer):
     def _state_update(self, gi: int, group: dict[str, Any], p: Tensor, grad: Tensor,
                       state: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
         beta1, beta2 = group["betas"]
+        self._step_count(gi, state, p.device)
         g = self._decayed_grad(group, p, grad)
         m, v = state.get("exp_avg"), state.get("exp_avg_sq")
         # torch: exp_avg.lerp_(g, 1-beta1) = m + (g-m)*(1-beta1); exp_avg_sq*beta2 + (1-beta2)*g*g
         new: dict[str, Any] = {
-            "step": state.get("step", 0) + 1,
             "exp_avg": g * (1 - beta1) if m is None else m + (g - m) * (1 - beta1),
             "exp_avg_sq": g * g * (1 - beta2) if v is None else v * beta2 + g * g * (1 - beta2),
         }
         if group["amsgrad"]:
             vmax = state.get("max_exp_avg_sq")
-            new["max_exp_avg_sq"] = new["exp_avg_sq"] if vmax is None else vmax.maximum(new["exp_avg_sq"])
+            # a buffer of its own from the first step: sharing exp_avg_sq's, the later in-place max would overwrite it
+            v_new = new["exp_avg_sq"]
+            new["max_exp_avg_sq"] = v_new.contiguous() if vmax is None else vmax.maximum(v_new)
         return new
 
     def _param_update(self, gi: int, group: dict[str, Any], p: Tensor, grad: Tensor,
@@ -320,7 +433,7 @@ class Adam(Optimizer):
         lr = self.lr_tensor(gi, p.dtype, p.device)
         if self.decoupled and group["weight_decay"] != 0:
             p = p * (1 - lr * group["weight_decay"])
-        c1, c2 = self._bias_corrections(gi, state["step"], p.dtype, p.device)
+        c1, c2 = self._bias_corrections(self._counts[id(state["step"])], p.dtype, p.device)
         v = state["max_exp_avg_sq"] if group["amsgrad"] else state["exp_avg_sq"]
         denom = v.sqrt() / c2.sqrt() + group["eps"]
         return p - (lr / c1) * (state["exp_avg"] / denom)
