@@ -46,6 +46,7 @@ class DynMLPTrainer(SupervisedTrainer):
 
         def batch(i: int) -> tuple[np.ndarray, np.ndarray]:
             n = int(rng.integers(smallest, largest + 1))
+            self.sizes.add(n)
             idx = rng.integers(0, len(self.x), n)
             return self.x[idx], self.y[idx]
 
@@ -54,12 +55,11 @@ class DynMLPTrainer(SupervisedTrainer):
         self.compiled_at_capture: int | None = None
         super().__init__(net, params, Adam(params, lr=config["lr"]), batch, mse, device,
                          val=(val_x, target(val_x)), config=config)  # fmt: skip
-        self.initial_eval = self.loss_on(self.x, self.y)
+        self.initial_eval = self.evaluate(self.x, self.y)
 
     def _as_tensors(self, batch: Batch) -> tuple[Tensor, Tensor]:
         x, y = batch
         n = self.var.bind(len(x))
-        self.sizes.add(len(x))
         return Tensor(x, device=self.device).reshape(n, 2), Tensor(y, device=self.device).reshape(n, 1)
 
     def step(self, i: int) -> float:
@@ -67,19 +67,6 @@ class DynMLPTrainer(SupervisedTrainer):
         if self.steps_done == 2:  # step 1 ran eagerly (Adam's first update is a graph of its own), step 2 captured
             self.compiled_at_capture = runner(self.device).stats.programs_compiled
         return loss
-
-    def evaluate(self, x: np.ndarray | None = None, y: np.ndarray | None = None) -> float | None:  # type: ignore[override]
-        if x is None or y is None:
-            if self.val is None:
-                return None
-            x, y = self.val
-        return self.loss_on(x, y)
-
-    def loss_on(self, x: np.ndarray, y: np.ndarray) -> float:
-        """The loss on (x, y) through the same symbolic kernels (the MLP has no train/eval difference)."""
-        n = self.var.bind(len(x))
-        xt, yt = Tensor(x, device=self.device).reshape(n, 2), Tensor(y, device=self.device).reshape(n, 1)
-        return float(self.loss(self.model(xt), yt).item())
 
     def compile_counts(self) -> tuple[int, int]:
         """(kernels compiled until the jit captured the step, kernels compiled after: every later step
@@ -89,7 +76,7 @@ class DynMLPTrainer(SupervisedTrainer):
         return until, now - self.compiled_before - until
 
     def finish(self) -> str:
-        final = self.loss_on(self.x, self.y)
+        final = self.evaluate(self.x, self.y)
         until, later = self.compile_counts()
         lo, hi = (min(self.sizes), max(self.sizes)) if self.sizes else (0, 0)
         return (

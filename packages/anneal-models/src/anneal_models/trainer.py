@@ -161,7 +161,8 @@ class SupervisedTrainer:
         if was_training and callable(getattr(module, "eval", None)):
             module.eval()  # type: ignore[attr-defined]
         try:
-            return float(self.loss(module(Tensor(x, device=self.device)), Tensor(y, device=self.device)).item())
+            xt, yt = self._as_tensors((x, y))  # as training data enters (dynmlp binds its batch Variable)
+            return float(self.loss(module(xt), yt).item())
         finally:
             if was_training and callable(getattr(module, "train", None)):
                 module.train()  # type: ignore[attr-defined]
