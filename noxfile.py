@@ -4,6 +4,7 @@
     nox -t anneal-ir             # one package's tests (tag = distribution name)
     nox -s integration lint      # cross-package tests, ruff
     nox -s webgpu                # the op/gradient suites on the WebGPU backend
+    nox -s cpu_c                 # the same suites with every cpu kernel compiled to C
     nox --force-python 3.11      # what CI runs: the sessions declare 3.11-3.13, machines have 3.11
 
 Each package's tests run in its own directory, in a venv holding that package and its
@@ -107,6 +108,15 @@ def webgpu(session: nox.Session) -> None:
               "tests/test_variables.py"]
     with session.chdir(ROOT / "packages" / "anneal"):
         session.run("pytest", *suites, *session.posargs, env={"ANNEAL_DEVICE": "webgpu"})
+
+
+@nox.session(python=PYTHONS[0], tags=["cpu-c"])
+def cpu_c(session: nox.Session) -> None:
+    """The op, gradient, JVP and Variable suites with every cpu kernel compiled to C (small ones too)."""
+    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH)
+    suites = ["tests/test_ops.py", "tests/test_grad.py", "tests/test_jvp.py", "tests/test_variables.py"]
+    with session.chdir(ROOT / "packages" / "anneal"):
+        session.run("pytest", *suites, *session.posargs, env={"ANNEAL_DEVICE": "cpu", "ANNEAL_CPU_C_MIN": "0"})
 
 
 @nox.session(python=PYTHONS[0], tags=["lint"])

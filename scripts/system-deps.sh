@@ -3,6 +3,7 @@
 #   mesa-vulkan-drivers  -- lavapipe, a software Vulkan adapter, so WebGPU runs without a GPU
 #   python3-venv         -- `python3 -m venv` (Debian splits ensurepip out of python3)
 #   tmux                 -- a real terminal for the test of `anneal train`'s live dashboard
+#   gcc                  -- the C compiler the cpu backend builds its kernels with (numpy without one)
 # Installs only what is missing, and only where apt-get can run (root, or sudo without a
 # password); elsewhere it says what to install and carries on.
 set -euo pipefail
@@ -16,6 +17,7 @@ if command -v "$PYTHON" >/dev/null 2>&1 && ! "$PYTHON" -c "import ensurepip, ven
     missing+=("$(basename "$PYTHON")-venv")
 fi
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -7,8 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from anneal_cpu.compiler import Compiler, find_compiler, pointers, var_values
 from anneal_cpu.render import render
+from anneal_cpu.render_c import loop_iterations, render_c
 from anneal_ir import DType, UOp
+from anneal_ir.settings import Settings
 from anneal_schedule.backend import Limits
 
 
@@ -22,14 +25,40 @@ def _cast(x: Any, dtype: Any) -> Any:
     return np.asarray(x).astype(dtype)
 
 
+_EXP2_POLY = tuple(np.float32(c) for c in (0.6931471805599453, 0.2402265069591007, 0.05550410866482158,
+                                            0.009618129107628477, 0.0013333558146428443, 1.5403530393381608e-4,
+                                            1.525273380405984e-5))  # fmt: skip
+
+
+def _exp2(x: Any) -> Any:
+    """2^x for float32 exactly as the C path computes it (render_c's exp2_f32: the same float32
+    operations in the same order), so a value recomputed by one path equals the other's bit for bit
+    (max's gradient compares them). Other dtypes: np.exp2."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        return np.exp2(x)
+    xc = np.clip(x, np.float32(-127), np.float32(127.49))
+    n = np.rint(xc)
+    f = xc - n
+    p = _EXP2_POLY[6]
+    for c in reversed(_EXP2_POLY[:6]):
+        p = c + f * p
+    p = np.float32(1) + f * p
+    scale = ((n.astype(np.int32) + 127) << 23).view(np.float32)
+    r = p * scale
+    r = np.where(x >= np.float32(128), np.float32(np.inf), r)
+    return np.where(np.isnan(x), x, r)
+
+
 def _erf(x: Any) -> Any:
     """The error function, Abramowitz & Stegun 7.1.26 (max abs error 1.5e-7: float32-accurate),
-    the same formula the WGSL renderer uses (numpy has no erf ufunc)."""
+    the same formula the WGSL and C renderers use (numpy has no erf ufunc)."""
     x = np.asarray(x)
     a = np.abs(x)
     t = 1 / (1 + x.dtype.type(0.3275911) * a)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return (np.sign(x) * (1 - poly * np.exp(-a * a))).astype(x.dtype)
+    e = _exp2(-a * a * x.dtype.type(1.4426950408889634)) if x.dtype == np.float32 else np.exp(-a * a)
+    return (np.sign(x) * (1 - poly * e)).astype(x.dtype)
 
 
 def _bf16_to_f32(bits: Any) -> Any:
@@ -87,6 +116,9 @@ _NAMESPACE = {
     "_f32_to_bf16": _f32_to_bf16,
     "_round_bf16": _round_bf16,
     "_erf": _erf,
+    "_exp2": _exp2,
+    "_ptrs": pointers,
+    "_vars": var_values,
 }
 
 
@@ -95,11 +127,18 @@ class CPUProgram:
     name: str
     source: str
     fn: Any
+    compiled: bool = False  # True: C stages (and BLAS); False: numpy only
 
 
 class CPUBackend:
     name = "cpu"
     limits = Limits()
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        settings = settings or Settings.from_env()
+        command = find_compiler(settings.cpu_cc)
+        self.compiler = Compiler(command, settings.cache_root()[0] / "cpu-kernels") if command else None
+        self.c_min = settings.cpu_c_min
 
     def allocate(self, size: int, dtype: DType) -> np.ndarray:
         return np.empty(max(size, 1), dtype=dtype.np)
@@ -111,9 +150,17 @@ class CPUBackend:
         return handle[:size].copy()
 
     def compile(self, name: str, ast: UOp) -> CPUProgram:
-        source = render(name, ast)
         namespace = dict(_NAMESPACE)
-        exec(compile(source, f"<anneal kernel {name}>", "exec"), namespace)  # the rendered kernel is our own code
+        rendered = render_c(name, ast) if self.compiler is not None and loop_iterations(ast) >= self.c_min else None
+        if rendered is not None and self.compiler is not None:
+            glue, c_source, stages = rendered
+            lib = self.compiler.load(c_source)
+            for stage in stages:
+                namespace[stage] = getattr(lib, stage)
+            exec(compile(glue, f"<anneal kernel {name}>", "exec"), namespace)  # the rendered kernel is our own code
+            return CPUProgram(name, f"{glue}\n/* C stages */\n{c_source}", namespace[name], compiled=True)
+        source = render(name, ast)
+        exec(compile(source, f"<anneal kernel {name}>", "exec"), namespace)
         return CPUProgram(name, source, namespace[name])
 
     def run(self, program: CPUProgram, buffers: list[np.ndarray], var_values: dict[str, int]) -> None:

@@ -53,7 +53,7 @@ _BINARY = {
     Ops.SHL: "({a} << {b})", Ops.SHR: "({a} >> {b})",
 }  # fmt: skip
 _UNARY = {
-    Ops.EXP2: "np.exp2({a})", Ops.LOG2: "np.log2({a})", Ops.SIN: "np.sin({a})", Ops.SQRT: "np.sqrt({a})",
+    Ops.EXP2: "_exp2({a})", Ops.LOG2: "np.log2({a})", Ops.SIN: "np.sin({a})", Ops.SQRT: "np.sqrt({a})",
     Ops.RECIPROCAL: "np.reciprocal({a})", Ops.NEG: "np.negative({a})", Ops.TRUNC: "np.trunc({a})",
     Ops.ERF: "_erf({a})",
 }  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 
 def _names(value: str | None) -> frozenset[str] | None:
@@ -40,6 +41,8 @@ class Settings:
     offline: bool = False
     mirror: str | None = None  # ANNEAL_MIRROR: base URL laid out like the data cache
     beam: int = 0
+    cpu_cc: str | None = None  # ANNEAL_CPU_CC: the C compiler of the cpu backend; "numpy" renders numpy only
+    cpu_c_min: int = 4096  # ANNEAL_CPU_C_MIN: kernels of fewer loop iterations stay numpy (compiling would not pay)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -56,4 +59,14 @@ class Settings:
             offline=env.get("ANNEAL_OFFLINE", "") not in ("", "0"),
             mirror=env.get("ANNEAL_MIRROR") or None,
             beam=_int(env, "ANNEAL_BEAM"),
+            cpu_cc=env.get("ANNEAL_CPU_CC") or None,
+            cpu_c_min=_int(env, "ANNEAL_CPU_C_MIN") if env.get("ANNEAL_CPU_C_MIN") else 4096,
         )
+
+    def cache_root(self) -> tuple[Path, str]:
+        """The anneal cache folder and which setting chose it (`ANNEAL_CACHE_DIR`, `XDG_CACHE_HOME`, `default`)."""
+        if self.cache_dir:
+            return Path(self.cache_dir).expanduser(), "ANNEAL_CACHE_DIR"
+        if self.xdg_cache_home and Path(self.xdg_cache_home).is_absolute():  # the XDG spec ignores relative paths
+            return Path(self.xdg_cache_home) / "anneal", "XDG_CACHE_HOME"
+        return Path.home() / ".cache" / "anneal", "default"

@@ -26,12 +26,7 @@ HASH_CHUNK = 1 << 20
 
 def cache_root(settings: Settings | None = None) -> tuple[Path, str]:
     """The anneal cache folder and which setting chose it (`ANNEAL_CACHE_DIR`, `XDG_CACHE_HOME`, `default`)."""
-    s = Settings.from_env() if settings is None else settings
-    if s.cache_dir:
-        return Path(s.cache_dir).expanduser(), "ANNEAL_CACHE_DIR"
-    if s.xdg_cache_home and Path(s.xdg_cache_home).is_absolute():  # the XDG spec ignores relative paths
-        return Path(s.xdg_cache_home) / "anneal", "XDG_CACHE_HOME"
-    return Path.home() / ".cache" / "anneal", "default"
+    return (Settings.from_env() if settings is None else settings).cache_root()
 
 
 def data_dir(settings: Settings | None = None) -> Path:

@@ -1,0 +1,77 @@
+"""Compile C stages with the system C compiler into a shared library, cached on disk by content.
+
+The compiler is ``cc`` (or ANNEAL_CPU_CC); without one the numpy renderer runs every kernel.
+Libraries live in ``<cache>/cpu-kernels/<sha256 of source and flags>.so``, written under a
+temporary name and renamed into place, so concurrent runs never load half a file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+# -ffp-contract=off: no fused multiply-adds, so every float op rounds as numpy's does (a value recomputed
+# in another kernel compares equal, as max's gradient needs)
+FLAGS = ("-O3", "-march=native", "-fwrapv", "-fno-math-errno", "-ffp-contract=off", "-fopenmp-simd", "-fPIC",
+         "-shared")  # fmt: skip
+
+
+class CompileError(RuntimeError):
+    """The C compiler refused a rendered kernel (a bug in the renderer: the message has the source)."""
+
+
+def find_compiler(setting: str | None) -> str | None:
+    """The compiler command: ANNEAL_CPU_CC if set ("numpy" turns C off), else cc, gcc or clang."""
+    if setting == "numpy":
+        return None
+    if setting:
+        found = shutil.which(setting)
+        if found is None:
+            raise CompileError(f"ANNEAL_CPU_CC={setting!r} is not an executable on PATH (or use 'numpy')")
+        return found
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+class Compiler:
+    def __init__(self, command: str, cache_dir: Path):
+        self.command, self.cache_dir = command, cache_dir
+        self.compiled = 0  # libraries built by this process (cache misses)
+
+    def load(self, source: str) -> ctypes.CDLL:
+        key = hashlib.sha256("\0".join((self.command, *FLAGS, source)).encode()).hexdigest()[:32]
+        lib = self.cache_dir / f"{key}.so"
+        if not lib.exists():
+            self.build(source, lib)
+        return ctypes.CDLL(str(lib))
+
+    def build(self, source: str, lib: Path) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.cache_dir) as tmp:
+            c_file, so_file = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
+            c_file.write_text(source)
+            done = subprocess.run([self.command, *FLAGS, "-o", str(so_file), str(c_file), "-lm"],
+                                  capture_output=True, text=True)  # fmt: skip
+            if done.returncode != 0:
+                raise CompileError(f"{self.command} failed on a rendered kernel:\n{done.stderr}\n{source}")
+            os.replace(so_file, lib)
+        self.compiled += 1
+
+
+def pointers(*arrays: np.ndarray) -> ctypes.Array:
+    """The data addresses of arrays, as the ``void**`` a C stage takes."""
+    return (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
+
+
+def var_values(values: dict[str, int], names: tuple[str, ...]) -> ctypes.Array:
+    return (ctypes.c_int64 * len(names))(*(values[n] for n in names))
