@@ -88,7 +88,8 @@ def test_exp2_and_erf_are_accurate_over_their_range(c_runner: Runner) -> None:
     e = np.linspace(-6, 6, 4001, dtype=np.float32)
     from math import erf
 
-    np.testing.assert_allclose(run(c_runner, tensor(c_runner, e).alu(Ops.ERF)), [erf(v) for v in e], atol=5e-7)  # the formula: 1.5e-7, plus float32 rounding
+    got = run(c_runner, tensor(c_runner, e).alu(Ops.ERF))
+    np.testing.assert_allclose(got, [erf(v) for v in e], atol=5e-7)  # the formula: 1.5e-7, plus float32 rounding
 
 
 def test_long_float32_sums_are_accurate(c_runner: Runner) -> None:
@@ -207,6 +208,7 @@ def test_c_and_numpy_paths_agree_bit_for_bit_on_float32_math(c_runner: Runner, t
     a = np.concatenate([rng.standard_normal(5000) * 30, [0.0, -0.0, np.nan, np.inf, -np.inf, 127.3, -126.7]])
     a = a.astype(np.float32)
     for op in (Ops.EXP2, Ops.ERF):
+
         def graph(r: Runner) -> UOp:
             x = tensor(r, a)
             return (x * 0.7 + 0.3).alu(op) * x + x.alu(Ops.SQRT)  # noqa: B023

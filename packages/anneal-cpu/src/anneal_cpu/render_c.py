@@ -417,15 +417,7 @@ class CRenderer:
                 return f"{'max_f32' if f32 else 'max_f64'}({s[0]}, {s[1]})"
             return f"({s[0]} > {s[1]} ? {s[0]} : {s[1]})"
         if op in (Ops.IDIV, Ops.MOD):
-            a, c = s
-            if d.is_float:
-                return f"{'truncf' if f32 else 'trunc'}({a} / {c})" if op is Ops.IDIV else f"{'fmodf' if f32 else 'fmod'}({a}, {c})"
-            if op is Ops.IDIV:  # x / 0 = 0 as numpy; INT_MIN / -1 wraps instead of trapping
-                minus = f"(({ctype(d)})(-{a}))" if not d.is_unsigned else "0"
-                return f"({c} == 0 ? 0 : ({c} == ({ctype(d)})-1 ? {minus} : ({ctype(d)})({a} / {c})))" \
-                    if not d.is_unsigned else f"({c} == 0 ? 0 : ({ctype(d)})({a} / {c}))"  # fmt: skip
-            return f"({c} == 0 ? 0 : ({c} == ({ctype(d)})-1 ? 0 : ({ctype(d)})({a} % {c})))" \
-                if not d.is_unsigned else f"({c} == 0 ? 0 : ({ctype(d)})({a} % {c}))"  # fmt: skip
+            return self.div_mod(op, d, *s)
         if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
             sym = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}[op]
             return f"({s[0]} {sym} {s[1]})"
@@ -447,6 +439,24 @@ class CRenderer:
         if op is Ops.BITCAST:
             return f"({{ {ctype(d)} bits_; memcpy(&bits_, &{s[0]}, sizeof bits_); bits_; }})"
         raise Unsupported(op.name)
+
+    @staticmethod
+    def div_mod(op: Ops, d: DType, a: str, c: str) -> str:
+        """C truncating division and remainder; for integers x / 0 = x % 0 = 0 (as the numpy path), and
+        INT_MIN / -1 wraps instead of trapping."""
+        if d.is_float:
+            f32 = d == dtypes.float32
+            return (
+                f"{'truncf' if f32 else 'trunc'}({a} / {c})"
+                if op is Ops.IDIV
+                else f"{'fmodf' if f32 else 'fmod'}({a}, {c})"
+            )
+        t = ctype(d)
+        plain = f"({t})({a} / {c})" if op is Ops.IDIV else f"({t})({a} % {c})"
+        if not d.is_unsigned:
+            by_minus_one = f"(({t})(-{a}))" if op is Ops.IDIV else "0"
+            plain = f"({c} == ({t})-1 ? {by_minus_one} : {plain})"
+        return f"({c} == 0 ? 0 : {plain})"
 
     def reduce(self, u: UOp, b: Block) -> str:
         d = u.dtype
