@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -68,9 +69,28 @@ class Compiler:
         self.compiled += 1
 
 
-def pointers(*arrays: np.ndarray) -> ctypes.Array:
-    """The data addresses of arrays, as the ``void**`` a C stage takes."""
-    return (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
+_addresses: dict[int, tuple[weakref.ref, int]] = {}  # id(array) -> (the array, its data address)
+
+
+def address(a: np.ndarray) -> int:
+    """a's data address, remembered per live array: reading ``a.ctypes.data`` costs ~2 us, and a step
+    passes the same buffers to hundreds of kernels."""
+    found = _addresses.get(id(a))
+    if found is not None and found[0]() is a:
+        return found[1]
+    addr = a.ctypes.data
+    if len(_addresses) > 65536:
+        _addresses.clear()
+    _addresses[id(a)] = (weakref.ref(a), addr)
+    return addr
+
+
+def pointers(size: int, *arrays: np.ndarray) -> ctypes.Array:
+    """A kernel's pointer table (the ``void**`` its C stages take): the buffers first, room for temps."""
+    table = (ctypes.c_void_p * size)()
+    for i, a in enumerate(arrays):
+        table[i] = address(a)
+    return table
 
 
 def var_values(values: dict[str, int], names: tuple[str, ...]) -> ctypes.Array:

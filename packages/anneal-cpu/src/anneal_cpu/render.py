@@ -127,7 +127,11 @@ class Renderer:
         value = u.src[0]
         if value.op is Ops.MUL:
             axes = {self.axis_of[r] for r in u.src[1:]}
-            if self.static_deps(value) & axes:
+            da, db = self.static_deps(value.src[0]), self.static_deps(value.src[1])
+            # as the C path decides (render_c.contraction_factors), so that both compute a sum the same way:
+            # when one factor varies along a subset of the other's axes, the product is no bigger than that
+            # factor and is summed like any other value
+            if self.static_deps(value) & axes and da and db and not (da <= db or db <= da):
                 return value.src[0], value.src[1]
         return None
 
@@ -302,7 +306,10 @@ class Renderer:
         else:
             fn = "np.add.reduce" if u.arg is Ops.ADD else "np.maximum.reduce"
             present = tuple(sorted(axes & self.deps[value]))
-            expr = f"{fn}({self.ref(value)}, axis={present}, keepdims=True)" if present else self.ref(value)
+            operand = self.ref(value)
+            if u.arg is Ops.ADD and u.dtype == dtypes.float32:  # accumulate in double, as the C path does:
+                operand = f"np.asarray({operand}, dtype=np.float64)"  # a sum is then the same in every kernel
+            expr = f"{fn}({operand}, axis={present}, keepdims=True)" if present else self.ref(value)
             expr = f"np.asarray({expr}, dtype={np_name(u.dtype)}).reshape({out_shape})"
         if missing and u.arg is Ops.ADD:
             expr = f"({expr} * {np_name(u.dtype)}({' * '.join(missing)}))"

@@ -197,6 +197,8 @@ class CRenderer:
             head += [f"    v_{n} = int(vars[{n!r}])" for n in self.var_names]
         else:
             head.append("    v = None")
+        buffers = ", ".join(f"b{i}" for i in range(self.n_args))
+        head.append(f"    P = _ptrs({self.n_args + len(self.temps)}, {buffers})  # buffers, then temps")
         c_source = "\n".join([C_PRELUDE, *(ln for s in self.stages for ln in s.lines)]) + "\n"
         return "\n".join(head + ["    " + ln for ln in self.glue]) + "\n", c_source, [s.name for s in self.stages]
 
@@ -221,11 +223,11 @@ class CRenderer:
         assert factors is not None
         involved = sorted(self.ranges_of[factors[0]] | self.ranges_of[factors[1]], key=lambda r: self.axis_of[r])
         letter = {r: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] for i, r in enumerate(involved)}
+        out_axes = sorted(self.ranges_of[c], key=lambda r: self.axis_of[r])
         operands = []
         for f in factors:
             expr, axes = self.operand(f)
             operands.append((expr, "".join(letter[r] for r in axes)))
-        out_axes = sorted(self.ranges_of[c], key=lambda r: self.axis_of[r])
         out_sub = "".join(letter[r] for r in out_axes)
         name = self.fresh("t")
         (ea, sa), (eb, sb) = operands
@@ -233,12 +235,12 @@ class CRenderer:
         missing = [r for r in c.src[1:] if r not in self.ranges_of[c.src[0]]]  # summed, yet constant along
         if missing:
             expr = f"({expr} * {size_expr(sprod(self.ends[r] for r in missing))})"
-        self.glue.append(f"{name} = np.ascontiguousarray({expr}, dtype=np.{c.dtype.np.name}).reshape(-1)")
-        self.temps[c], self.layout[c] = name, out_axes
+        self.new_temp(c, name, f"np.ascontiguousarray({expr}, dtype=np.{c.dtype.np.name}).reshape(-1)", out_axes)
 
     def operand(self, f: UOp) -> tuple[str, list[UOp]]:
         """A contraction factor as an array over its axes (and their order in it): a strided view of a
-        plain load, else a dense array laid out so that the stage computing it reads memory in order."""
+        plain load, else a dense array laid out as the stage computing it reads memory (BLAS takes a
+        transposed operand as it is: no copy either way)."""
         axes = sorted(self.ranges_of[f], key=lambda r: self.axis_of[r])
         if f.op is Ops.LOAD and len(f.src) == 2:
             aff = affine(f.src[1], self.axis_of)
@@ -249,8 +251,7 @@ class CRenderer:
                 return f"_view(b{f.src[0].arg}, {offset}, {self.shape_of(axes)}, {strides})", axes
         axes = self.loop_order(self.by_stride(axes, f), f)
         name = self.fresh("t")
-        self.glue.append(f"{name} = np.empty({self.shape_of(axes)}, dtype=np.{f.dtype.np.name})")
-        self.temps[f], self.layout[f] = name, axes
+        self.new_temp(f, name, f"np.empty({self.shape_of(axes)}, dtype=np.{f.dtype.np.name})", axes)
         self.add_stage(Stage(f"{self.name}_{name}", axes, f, name))
         return name, axes
 
@@ -266,16 +267,19 @@ class CRenderer:
         return sorted(axes, key=lambda r: (-smallest[r], self.axis_of[r]))
 
     def add_stage(self, stage: Stage) -> None:
-        """Render the stage and call it: C gets the kernel's buffers, the temps so far, then its target."""
+        """Render the stage and call it with the kernel's pointer table (buffers, then temps by slot)."""
         self.render_stage(stage)
-        arrays = [f"b{i}" for i in range(self.n_args)] + self.inputs(stage)
-        if stage.target != "store":
-            arrays.append(stage.target)
-        self.glue.append(f"{stage.name}(_ptrs({', '.join(arrays)}), v)")
+        self.glue.append(f"{stage.name}(P, v)")
         self.stages.append(stage)
 
-    def inputs(self, stage: Stage) -> list[str]:
-        return [t for t in self.temps.values() if t != stage.target]
+    def temp_slot(self, name: str) -> int:
+        """Where a temp's address goes in the pointer table: after the buffers, in creation order."""
+        return self.n_args + list(self.temps.values()).index(name)
+
+    def new_temp(self, node: UOp, name: str, expr: str, layout: list[UOp]) -> None:
+        self.temps[node], self.layout[node] = name, layout
+        self.glue.append(f"{name} = {expr}")
+        self.glue.append(f"P[{self.temp_slot(name)}] = {name}.ctypes.data")
 
     def walk(self, root: UOp) -> list[UOp]:
         """The nodes a stage computes: below root, stopping at arrays computed before it."""
@@ -297,8 +301,7 @@ class CRenderer:
 
     def render_stage(self, stage: Stage) -> None:
         self.names = {}
-        temps = self.inputs(stage)
-        params = {f"b{i}": i for i in range(self.n_args)} | {t: self.n_args + i for i, t in enumerate(temps)}
+        params = {t: self.temp_slot(t) for t in self.temps.values() if t != stage.target}
         body: list[str] = []
         for i, v in enumerate(self.var_names):
             body.append(f"const int64_t v_{v} = v[{i}];")
@@ -318,7 +321,7 @@ class CRenderer:
             inner.lines.append(f"{self.pointer(out.arg, out.dtype)}[{index}] = {value};")
         else:
             index = self.flat(self.layout[stage.value])  # the array's layout
-            target = self.n_args + len(temps)
+            target = self.temp_slot(stage.target)
             inner.lines.append(f"{self.pointer(target, stage.value.dtype)}[{index}] = {value};")
         for blk in reversed(blocks[1:]):  # close innermost first, each into its parent
             r = next(iter(blk.scope - blk.parent.scope))  # type: ignore[union-attr]
