@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from anneal_cpu.compiler import Compiler, find_compiler, pointers, var_values
+from anneal_cpu.compiler import Compiler, StageRunner, find_compiler, pointers, var_values
 from anneal_cpu.render import render
 from anneal_cpu.render_c import loop_iterations, render_c
 from anneal_ir import DType, UOp
@@ -130,6 +132,11 @@ class CPUProgram:
     compiled: bool = False  # True: C stages (and BLAS); False: numpy only
 
 
+def _usable_cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux: the cores this process may run on
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 class CPUBackend:
     name = "cpu"
     limits = Limits()
@@ -139,6 +146,7 @@ class CPUBackend:
         command = find_compiler(settings.cpu_cc)
         self.compiler = Compiler(command, settings.cache_root()[0] / "cpu-kernels") if command else None
         self.c_min = settings.cpu_c_min
+        self.stage_runner = StageRunner(settings.cpu_threads or _usable_cores())
 
     def allocate(self, size: int, dtype: DType) -> np.ndarray:
         return np.empty(max(size, 1), dtype=dtype.np)
@@ -156,7 +164,11 @@ class CPUBackend:
             glue, c_source, stages = rendered
             lib = self.compiler.load(c_source)
             for stage in stages:
-                namespace[stage] = getattr(lib, stage)
+                fn = getattr(lib, stage)
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+                fn.restype = None
+                namespace[stage] = fn
+            namespace["_run"] = self.stage_runner
             exec(compile(glue, f"<anneal kernel {name}>", "exec"), namespace)  # the rendered kernel is our own code
             return CPUProgram(name, f"{glue}\n/* C stages */\n{c_source}", namespace[name], compiled=True)
         source = render(name, ast)

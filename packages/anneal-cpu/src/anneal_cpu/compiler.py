@@ -14,7 +14,9 @@ import shutil
 import subprocess
 import tempfile
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -91,6 +93,26 @@ def pointers(size: int, *arrays: np.ndarray) -> ctypes.Array:
     for i, a in enumerate(arrays):
         table[i] = address(a)
     return table
+
+
+class StageRunner:
+    """Calls a C stage, splitting its outermost loop over threads when the stage is big enough
+    (ctypes releases the GIL, so the threads run in parallel)."""
+
+    def __init__(self, threads: int, min_work: int = 1 << 16):
+        self.threads, self.min_work = max(1, threads), min_work
+        self.pool = ThreadPoolExecutor(self.threads - 1, "anneal-cpu") if self.threads > 1 else None
+
+    def __call__(self, stage: Any, table: Any, values: Any, outer: int, work: int) -> None:
+        parts = min(self.threads, outer)
+        if self.pool is None or parts < 2 or work < self.min_work:
+            stage(table, values, 0, outer)
+            return
+        bounds = [outer * i // parts for i in range(parts + 1)]
+        futures = [self.pool.submit(stage, table, values, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+        stage(table, values, bounds[0], bounds[1])
+        for f in futures:
+            f.result()
 
 
 def var_values(values: dict[str, int], names: tuple[str, ...]) -> ctypes.Array:

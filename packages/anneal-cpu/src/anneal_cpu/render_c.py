@@ -269,8 +269,15 @@ class CRenderer:
     def add_stage(self, stage: Stage) -> None:
         """Render the stage and call it with the kernel's pointer table (buffers, then temps by slot)."""
         self.render_stage(stage)
-        self.glue.append(f"{stage.name}(P, v)")
+        outer = self.size(self.ends[stage.axes[0]]) if stage.axes else "1"
+        work = self.size(sprod([*(self.ends[r] for r in stage.axes), *self.inner_iterations(stage.value)]))
+        self.glue.append(f"_run({stage.name}, P, v, {outer}, {work})")
         self.stages.append(stage)
+
+    def inner_iterations(self, value: UOp) -> list[sint]:
+        """The extents of the reduction loops a stage runs (for its work estimate)."""
+        return [self.ends[r] for n in self.walk(value) if n.op is Ops.REDUCE and n not in self.temps
+                for r in n.src[1:]]  # fmt: skip
 
     def temp_slot(self, name: str) -> int:
         """Where a temp's address goes in the pointer table: after the buffers, in creation order."""
@@ -326,15 +333,17 @@ class CRenderer:
         for blk in reversed(blocks[1:]):  # close innermost first, each into its parent
             r = next(iter(blk.scope - blk.parent.scope))  # type: ignore[union-attr]
             assert blk.parent is not None
-            end = self.size(self.ends[r])
-            blk.parent.lines.append(f"for (int64_t r{self.axis_of[r]} = 0; r{self.axis_of[r]} < {end}; "
-                                    f"r{self.axis_of[r]}++) {{")  # fmt: skip
+            name = f"r{self.axis_of[r]}"
+            # the outermost loop runs [lo, hi): the glue may split it over threads (stores are disjoint)
+            start, end = ("lo", "hi") if blk is blocks[1] else ("0", self.size(self.ends[r]))
+            blk.parent.lines.append(f"for (int64_t {name} = {start}; {name} < {end}; {name}++) {{")
             blk.parent.lines.extend("  " + ln for ln in blk.lines)
             blk.parent.lines.append("}")
         # restrict: the arrays of one stage never overlap, so the compiler may vectorize freely
         body += [f"{ctype(d)}* restrict a{i} = ({ctype(d)}*)p[{i}];" for i, d in sorted(self.pointers.items())]
         body += root.lines
-        stage.lines = [f"void {stage.name}(void** p, const int64_t* v) {{", *("  " + ln for ln in body), "}"]
+        stage.lines = [f"void {stage.name}(void** p, const int64_t* v, int64_t lo, int64_t hi) {{",
+                       *("  " + ln for ln in body), "}"]  # fmt: skip
 
     def pointer(self, index: int, d: DType) -> str:
         self.pointers[index] = d

@@ -42,6 +42,7 @@ class Settings:
     mirror: str | None = None  # ANNEAL_MIRROR: base URL laid out like the data cache
     beam: int = 0
     cpu_cc: str | None = None  # ANNEAL_CPU_CC: the C compiler of the cpu backend; "numpy" renders numpy only
+    cpu_threads: int = 0  # ANNEAL_CPU_THREADS: threads for the C stages; 0 = the cores this process may use
     cpu_c_min: int = 4096  # ANNEAL_CPU_C_MIN: kernels of fewer loop iterations stay numpy (compiling would not pay)
 
     @classmethod
@@ -60,6 +61,7 @@ class Settings:
             mirror=env.get("ANNEAL_MIRROR") or None,
             beam=_int(env, "ANNEAL_BEAM"),
             cpu_cc=env.get("ANNEAL_CPU_CC") or None,
+            cpu_threads=_int(env, "ANNEAL_CPU_THREADS"),
             cpu_c_min=_int(env, "ANNEAL_CPU_C_MIN") if env.get("ANNEAL_CPU_C_MIN") else 4096,
         )
 
