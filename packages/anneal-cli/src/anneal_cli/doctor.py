@@ -18,11 +18,28 @@ import numpy as np
 from anneal.registry import DeviceError, auto_device
 from anneal.registry import plugins as loaded_plugins
 from anneal_cli.errors import CommandError
+from anneal_ir.settings import Settings
 
 try:  # optional: `pip install anneal-cli[wgpu]` (or anneal-wgpu) brings the WebGPU backend
     from anneal_wgpu import adapters
 except ImportError:  # the CLI works without it; doctor then says how to get it
     adapters = None  # type: ignore[assignment]
+
+
+def _cpu_compiler() -> str:
+    """Which C compiler the cpu backend builds its kernels with (or why it renders numpy only)."""
+    from anneal_cpu.compiler import CompileError, find_compiler
+
+    settings = Settings.from_env()
+    try:
+        found = find_compiler(settings.cpu_cc)
+    except CompileError as exc:
+        return f"cpu kernels: numpy only ({exc})"
+    if found is None:
+        why = "ANNEAL_CPU_CC=numpy" if settings.cpu_cc == "numpy" else "no C compiler (cc, gcc or clang) on PATH"
+        return f"cpu kernels: numpy only ({why}); install gcc for compiled kernels"
+    cache = settings.cache_root()[0] / "cpu-kernels"
+    return f"cpu kernels: C via {found} (kernels of >= {settings.cpu_c_min} iterations), cached in {cache}"
 
 
 def _blas() -> str:
@@ -90,5 +107,6 @@ def doctor() -> None:
     failed = f", {len(found.failures)} failed (see anneal plugins)" if found.failures else ""
     click.echo(f"plugins: {len(found.loaded)} loaded{failed}; backends: {', '.join(found.backends) or 'none'}")
     click.echo(f"numpy {np.__version__}, {_blas()}")
+    click.echo(_cpu_compiler())
     if problem:
         raise CommandError(problem)
