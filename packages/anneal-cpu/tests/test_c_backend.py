@@ -227,3 +227,19 @@ def test_stages_split_over_threads_give_the_same_result(tmp_path: Path, threads:
     want = a * np.exp2(a.astype(np.float64)).sum(1, keepdims=True) + 1
     np.testing.assert_allclose(run(r, out), want, rtol=1e-5, atol=1e-3)  # x * sum + 1 cancels near x = -1/sum
     assert all_compiled(r)
+
+
+def test_a_sum_of_two_products_becomes_two_contractions(c_runner: Runner) -> None:
+    """sum_k (a[m,k] b[k,n] + c[m,k] d[k,n]): two BLAS calls, not a loop over m x n x k (SwiGLU's backward)."""
+    a, b, c, d = (rng.standard_normal(s).astype(np.float32) for s in ((40, 30), (30, 20), (40, 30), (30, 20)))
+
+    def product(x: UOp, y: UOp) -> UOp:
+        xe = expand(UOp(Ops.RESHAPE, F32, (x,), (40, 1, 30)), (40, 20, 30))
+        ye = expand(UOp(Ops.RESHAPE, F32, (UOp(Ops.PERMUTE, F32, (y,), (1, 0)),), (1, 20, 30)), (40, 20, 30))
+        return xe * ye
+
+    ta, tb, tc, td = (tensor(c_runner, v) for v in (a, b, c, d))
+    out = reduce(product(ta, tb) + product(tc, td), Ops.ADD, (2,))
+    np.testing.assert_allclose(run(c_runner, out).reshape(40, 20), a @ b + c @ d, rtol=1e-5, atol=1e-5)
+    (prog,) = c_runner.programs.values()
+    assert prog.source.count("_contract(") == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from anneal_ir import DType, Ops, UOp, dtypes
+from anneal_ir import DType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 from anneal_ir.sint import sint, variables
 
 Affine = tuple[dict[int, int], int]  # {axis: coefficient}, offset
@@ -316,5 +316,32 @@ class Renderer:
         self.emit(u, expr, out_deps)
 
 
+def _sum_terms(x: UOp) -> list[UOp]:
+    return [t for s in x.src for t in (_sum_terms(s) if s.op is Ops.ADD else [s])]
+
+
+def _split_sum(r: UOp) -> UOp | None:
+    """sum(a*b + c*d) = sum(a*b) + sum(c*d): each product can then be a contraction (BLAS), where the
+    sum of the whole would loop over M x N x K (SwiGLU's backward sums two matmuls into one reduction)."""
+    if r.arg is not Ops.ADD or r.src[0].op is not Ops.ADD or not r.dtype.is_float:
+        return None
+    terms = _sum_terms(r.src[0])
+    if not any(t.op is Ops.MUL for t in terms):
+        return None
+    parts = [UOp(Ops.REDUCE, r.dtype, (t, *r.src[1:]), Ops.ADD) for t in terms]
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
+
+
+split_sums = PatternMatcher([(UPat(Ops.REDUCE, name="r"), _split_sum)], "split_sums")
+
+
+def prepare(ast: UOp) -> UOp:
+    """The kernel as both CPU renderers take it (the same rewrites, so both compute a value the same way)."""
+    return graph_rewrite(ast, split_sums, name="split_sums")
+
+
 def render(name: str, ast: UOp) -> str:
-    return Renderer(name, ast).render()
+    return Renderer(name, prepare(ast)).render()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from anneal_cpu.render import affine, size_expr, tuple_expr
+from anneal_cpu.render import affine, prepare, size_expr, tuple_expr
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sint, sprod, variables
 
@@ -514,6 +514,6 @@ def loop_iterations(ast: UOp) -> int:
 def render_c(name: str, ast: UOp) -> tuple[str, str, list[str]] | None:
     """(Python glue, C source, stage function names), or None where the numpy renderer is used."""
     try:
-        return CRenderer(name, ast).render()
+        return CRenderer(name, prepare(ast)).render()
     except Unsupported:
         return None
