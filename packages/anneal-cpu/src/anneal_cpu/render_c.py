@@ -256,15 +256,16 @@ class CRenderer:
         return name, axes
 
     def by_stride(self, axes: list[UOp], value: UOp) -> list[UOp]:
-        """axes ordered so that the innermost loop walks the smallest memory strides of value's reads."""
-        smallest: dict[UOp, float] = {r: math.inf for r in axes}
+        """axes ordered so that the innermost loop has the smallest worst stride over value's reads (a
+        read that does not vary with an axis costs nothing there)."""
+        worst: dict[UOp, int] = {r: 0 for r in axes}
         by_axis = {self.axis_of[r]: r for r in axes}
         for n in self.walk(value):
             if n.op is Ops.LOAD and (aff := affine(n.src[1], self.axis_of)) is not None:
                 for a, coeff in aff[0].items():
                     if a in by_axis:
-                        smallest[by_axis[a]] = min(smallest[by_axis[a]], abs(coeff))
-        return sorted(axes, key=lambda r: (-smallest[r], self.axis_of[r]))
+                        worst[by_axis[a]] = max(worst[by_axis[a]], abs(coeff))
+        return sorted(axes, key=lambda r: (-worst[r], self.axis_of[r]))
 
     def add_stage(self, stage: Stage) -> None:
         """Render the stage and call it with the kernel's pointer table (buffers, then temps by slot)."""
