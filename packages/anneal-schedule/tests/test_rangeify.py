@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from anneal_ir import Ops, UOp, dtypes
+from anneal_schedule.opt import row_kernel
 from anneal_schedule.schedule import Scheduler, Slot, build_schedule, normalize
 
 F32 = dtypes.float32
@@ -56,13 +57,39 @@ def test_elementwise_fuses_into_one_kernel() -> None:
     assert k.slots[0] == s.outputs[0] and set(k.slots[1:]) == {0, 1}
 
 
-def test_reduce_broadcast_back_materializes() -> None:
-    a = buf(4, 8)
-    total = reduce_sum(a, (1,))  # (4, 1)
-    out = a + UOp(Ops.EXPAND, F32, (total,), (4, 8))
+def test_reduce_broadcast_back_along_rows_fuses_into_a_row_kernel() -> None:
+    a = buf(64, 8)
+    total = reduce_sum(a, (1,))  # (64, 1): read back along the contiguous axis, once per row
+    out = a + UOp(Ops.EXPAND, F32, (total,), (64, 8))
+    s, _ = sched(out)
+    assert len(s.kernels) == 1
+    rk = row_kernel(s.kernels[0].ast)
+    assert rk is not None and [r.arg[0] for r in rk.rows] == [0] and [r.arg[0] for r in rk.inner] == [1]
+
+
+def test_reduce_broadcast_back_materializes_when_no_row_kernel_fits() -> None:
+    a = buf(2048, 64)
+    total = reduce_sum(a, (0,))  # (1, 64): a column sum read back along rows: the rows are not contiguous
+    out = a + UOp(Ops.EXPAND, F32, (total,), (2048, 64))
     s, _ = sched(out)
     assert len(s.kernels) == 2
     assert s.kernels[0].slots[0] in s.kernels[1].slots[1:]  # the second kernel reads the first one's output
+    b = buf(1, 1 << 17)
+    whole = reduce_sum(b, (1,))  # one long row broadcast back: one workgroup would do it all
+    s, _ = sched(b + UOp(Ops.EXPAND, F32, (whole,), (1, 1 << 17)))
+    assert len(s.kernels) == 2
+
+
+def test_matmul_read_through_a_broadcast_is_not_recomputed_per_row() -> None:
+    x, w, c = buf(64, 32), buf(32, 48), buf(64, 48, 16)
+    xe = UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (x,), (64, 1, 32)),), (64, 48, 32))
+    we = UOp(
+        Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (UOp(Ops.PERMUTE, F32, (w,), (1, 0)),), (1, 48, 32)),), (64, 48, 32)
+    )
+    mm = reduce_sum(xe * we, (2,))  # (64, 48, 1)
+    out = c + UOp(Ops.EXPAND, F32, (mm,), (64, 48, 16))  # each matmul output read 16 times
+    s, _ = sched(out)
+    assert len(s.kernels) == 2  # a row kernel would read a whole column of w again for every row
 
 
 def test_permute_becomes_index_math_not_a_copy() -> None:

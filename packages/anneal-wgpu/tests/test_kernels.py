@@ -141,3 +141,40 @@ def test_beam_search_picks_a_correct_candidate_and_caches_it(adapter: object, tm
     cached = Runner("webgpu", WebGPUBackend(settings))  # a new process would load the winner, not search
     prog = cached.backend.compile("k0", next(iter(searching.programs.values())).ast)
     assert prog.tuned and prog.kernel.strategy == next(iter(searching.programs.values())).kernel.strategy
+
+
+def test_debug_timing_uses_gpu_timestamps(adapter: object, capsys: pytest.CaptureFixture[str]) -> None:
+    from anneal_wgpu.runtime import WebGPUBackend
+
+    backend = WebGPUBackend()
+    timed = Runner("webgpu", backend, debug=2)
+    a = rng.standard_normal((64, 48)).astype(np.float32)
+    x = tensor(timed, a)
+    out = run(timed, UOp(Ops.REDUCE_AXIS, F32, (x * 2.0,), (Ops.ADD, (1,))) + 1.0)
+    np.testing.assert_allclose(out, (a * 2).sum(1, keepdims=True) + 1, rtol=1e-5, atol=1e-5)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("*** webgpu")]
+    assert lines, "ANNEAL_DEBUG=2 prints a line per kernel"
+    clock = "gpu" if "timestamp-query" in adapter.features else "wall"  # type: ignore[attr-defined]
+    assert all(f" us {clock}" in ln for ln in lines)
+    if backend.timestamps:  # two runs of a compiled kernel: two GPU times, no host round trip between them
+        (buf,) = timed.realize([x * 3.0])
+        prog = next(p for p in timed.programs.values() if len(p.kernel.bindings) == 2 and "3.0" in p.source)
+        assert backend.start_timing()
+        for _ in range(2):
+            backend.run(prog, [buf.ensure(), x.src[0].arg.ensure()], {})
+        times = backend.stop_timing()
+        assert len(times) == 2 and all(0 < t < 10 for t in times), times
+
+
+def test_dispatch_folds_into_two_dimensions_evenly(adapter: object) -> None:
+    import dataclasses
+
+    from anneal_wgpu.runtime import WebGPUBackend
+
+    backend = WebGPUBackend()
+    backend.limits = dataclasses.replace(backend.limits, max_workgroups_per_dim=7)
+    folded = Runner("webgpu", backend)
+    a = rng.standard_normal(20 * 256 * 4 + 12).astype(np.float32)  # vec4: 5123 invocations, 21 workgroups: 7 x 3
+    np.testing.assert_allclose(run(folded, tensor(folded, a) * 2.0 + 1.0), a * 2 + 1, rtol=1e-6)
+    b = rng.standard_normal((41, 257)).astype(np.float32)  # scalar: 10537 invocations, 42 workgroups: 7 x 6
+    np.testing.assert_allclose(run(folded, tensor(folded, b) - 3.0), b - 3, rtol=1e-6)

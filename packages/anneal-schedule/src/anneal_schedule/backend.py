@@ -51,3 +51,9 @@ class Backend(Protocol):
     def run(self, program: Program, buffers: list[Any], var_values: dict[str, int]) -> None: ...
 
     def synchronize(self) -> None: ...
+
+
+# Optional: ``flush_soon()`` starts the device on the runs recorded so far without waiting, or soon
+# (the Runner calls it after each schedule); for ANNEAL_DEBUG=2, ``start_timing() -> bool`` (False: no device
+# timestamps) and ``stop_timing() -> list[float]``, the device seconds of each run() since
+# start_timing, in order.

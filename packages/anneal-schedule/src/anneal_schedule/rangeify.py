@@ -1,12 +1,13 @@
 """Rangeify: turn a tensor-level graph into kernel ASTs of loops over RANGEs.
 
-Every realize point (an output, a CONTIGUOUS, a reduction whose result is broadcast back
-or used more than once) becomes one kernel: ``STORE(out, index(ranges), value)``. The value
-is the tensor graph re-expressed at an index: movement ops never copy, they rewrite the
-index (reshape = flatten + re-split, permute = reorder, expand = 0, shrink = offset,
-flip = mirror, pad = offset plus a validity gate). Elementwise chains fuse into their
-consumer; a reduction read once, element for element, fuses too; anything else that is
-read is loaded from the buffer of an earlier kernel.
+Every realize point (an output, a CONTIGUOUS, a reduction used more than once, or broadcast
+back where its reader's kernel could not compute it once per row) becomes one kernel:
+``STORE(out, index(ranges), value)``. The value is the tensor graph re-expressed at an
+index: movement ops never copy, they rewrite the index (reshape = flatten + re-split,
+permute = reorder, expand = 0, shrink = offset, flip = mirror, pad = offset plus a validity
+gate). Elementwise chains fuse into their consumer; a reduction read once, element for
+element, fuses too, and so does one read through a broadcast by a row kernel (opt.py);
+anything else that is read is loaded from the buffer of an earlier kernel.
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ class KernelBuilder:
     memo: dict[tuple, UOp] = field(default_factory=dict)
     fused: set[UOp] = field(default_factory=set)  # tensor-level nodes computed inside this kernel
     reduce_at: dict[UOp, Index] = field(default_factory=dict)  # where each fused reduction is read
+    broadcast_reduces: set[UOp] = field(default_factory=set)  # fused reductions read through a broadcast
     ast: UOp | None = None  # the built kernel, once build() succeeded
 
     def glob(self, slot: int, dtype: object) -> UOp:
@@ -215,6 +217,8 @@ class KernelBuilder:
         if u.op is Ops.REDUCE_AXIS:
             if self.reduce_at.setdefault(u, idx) != idx and not is_root:
                 raise NeedsRealize(u)  # read at two different places: compute it once, in its own kernel
+            if bc:
+                self.broadcast_reduces.add(u)
             op, axes = u.arg
             src_shape = u.src[0].shape
             assert src_shape is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from anneal_ir import UOp
 from anneal_ir.sint import UnboundVariableError, upper
@@ -38,7 +37,7 @@ class Runner:
     programs: dict[bytes, Program] = field(default_factory=dict)
     stats: RunStats = field(default_factory=RunStats)
     recording: list[Executed] | None = None  # when a list, each execute() is appended (JIT capture)
-    debug: int = 0  # ANNEAL_DEBUG: 2 prints one line per kernel run, 4 also its source
+    debug: int = 0  # ANNEAL_DEBUG: 2 prints one line per kernel run (device timestamps if any), 4 also its source
 
     def __post_init__(self) -> None:
         self.scheduler.max_buffers = self.backend.limits.max_buffers
@@ -74,24 +73,44 @@ class Runner:
         return [slots[s] for s in sched.outputs]
 
     def run_kernels(self, sched: Schedule, slots: list[Buffer], var_values: dict[str, int]) -> None:
+        if self.debug >= 2:
+            self._run_timed(sched, slots, var_values)
+            return
+        for kern in sched.kernels:
+            prog = self.program(kern.name, kern.ast)
+            self.backend.run(prog, [slots[s].ensure() for s in kern.slots], var_values)
+            self.stats.kernels_run += 1
+        flush = getattr(self.backend, "flush_soon", None)
+        if flush is not None:  # the device starts on this schedule while the host goes on to the next
+            flush()
+
+    def _run_timed(self, sched: Schedule, slots: list[Buffer], var_values: dict[str, int]) -> None:
+        """ANNEAL_DEBUG=2: one line per kernel. GPU timestamps where the backend has them (start_timing /
+        stop_timing: no host round trip between kernels), else the wall time of a synchronize around each."""
+        start = getattr(self.backend, "start_timing", None)
+        if start is not None and start():
+            progs = []
+            for kern in sched.kernels:
+                progs.append(self.program(kern.name, kern.ast))
+                self.backend.run(progs[-1], [slots[s].ensure() for s in kern.slots], var_values)
+                self.stats.kernels_run += 1
+            times = self.backend.stop_timing()  # type: ignore[attr-defined]
+            for kern, prog, dt in zip(sched.kernels, progs, times):
+                self._report(kern, prog, dt, slots, "gpu")
+            return
         for kern in sched.kernels:
             prog = self.program(kern.name, kern.ast)
             buffers = [slots[s].ensure() for s in kern.slots]
-            if self.debug >= 2:
-                self._run_timed(kern, prog, buffers, var_values, slots)
-            else:
-                self.backend.run(prog, buffers, var_values)
+            self.backend.synchronize()
+            t0 = time.perf_counter()
+            self.backend.run(prog, buffers, var_values)
+            self.backend.synchronize()
             self.stats.kernels_run += 1
+            self._report(kern, prog, time.perf_counter() - t0, slots, "wall")
 
-    def _run_timed(self, kern: Kernel, prog: Program, buffers: list[Any], var_values: dict[str, int],
-                   slots: list[Buffer]) -> None:  # fmt: skip
-        self.backend.synchronize()
-        t0 = time.perf_counter()
-        self.backend.run(prog, buffers, var_values)
-        self.backend.synchronize()
-        dt = time.perf_counter() - t0
+    def _report(self, kern: Kernel, prog: Program, dt: float, slots: list[Buffer], clock: str) -> None:
         nbytes = sum(slots[s].nbytes for s in kern.slots)
-        print(f"*** {self.device} {kern.name:>5} {kern.fused_ops:4d} ops  {dt * 1e6:9.1f} us  "
+        print(f"*** {self.device} {kern.name:>5} {kern.fused_ops:4d} ops  {dt * 1e6:9.1f} us {clock:<4} "
               f"{nbytes / max(dt, 1e-9) / 1e9:7.2f} GB/s  args {[slots[s].size for s in kern.slots]}",
               file=sys.stderr)  # fmt: skip
         if self.debug >= 4:

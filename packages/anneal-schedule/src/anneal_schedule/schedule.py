@@ -14,6 +14,7 @@ from typing import Any
 
 from anneal_ir import DType, GroupOp, Ops, UOp, dtypes, graph_rewrite
 from anneal_ir.sint import render_size, sint, variables
+from anneal_schedule.opt import fusable_reductions
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
 from anneal_schedule.simplify import simplify_kernel
 
@@ -158,7 +159,12 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     if max_buffers < 2:
         raise ScheduleError(f"a backend that binds {max_buffers} buffer(s) per kernel cannot run kernels")
     consumers = _consumers(sink)
+    parents: dict[UOp, list[UOp]] = {}
+    for node in sink.toposort():
+        for src in set(node.src):
+            parents.setdefault(src, []).append(node)
     split: set[UOp] = set()  # fused nodes given their own kernel to respect max_buffers
+    unfused: set[UOp] = set()  # reductions read through a broadcast that their reader's kernel cannot keep
     slot_of: dict[UOp, int] = {}
     buffers: list[tuple[sint, DType]] = []
     kernels: list[Kernel] = []
@@ -171,8 +177,8 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     def must_realize(u: UOp, through_broadcast: bool) -> bool:
         if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN) or u in split:
             return True
-        if u.op is Ops.REDUCE_AXIS:
-            return through_broadcast or consumers[u] > 1
+        if u.op is Ops.REDUCE_AXIS:  # read through a broadcast: fused unless the kernel cannot keep it
+            return (through_broadcast and (u in unfused or _trivial(u))) or consumers[u] > 1
         # an expensive elementwise chain read by several consumers is computed once, not in each of them
         return consumers[u] > 1 and u.op in GroupOp.ALU and _expensive(u)
 
@@ -192,6 +198,11 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
             except NeedsRealize as need:
                 realize(need.node)
                 continue
+            if builder.broadcast_reduces:
+                shared = _shared(root, builder, parents)  # another kernel would compute them again
+                if shared or not fusable_reductions(builder.ast):
+                    unfused.update(shared or builder.broadcast_reduces)  # their own kernel, as before row kernels
+                    continue
             if len(builder.slots) <= max_buffers:
                 return builder
             split.add(_heaviest_input(root, builder, slot_of, max_buffers))
@@ -246,6 +257,34 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     used = variables(tuple(n for k in kernels for n in k.ast.toposort() if n.op is Ops.DEFINE_VAR))
     return Schedule(tuple(kernels), n_inputs, tuple(buffers), tuple(outputs),
                     plan_memory(kernels, n_inputs, buffers, set(outputs)), tuple(v.arg[0] for v in used))  # fmt: skip
+
+
+def _shared(root: UOp, builder: KernelBuilder, parents: dict[UOp, list[UOp]]) -> set[UOp]:
+    """The reductions read through a broadcast that this kernel would not be alone to compute: some node
+    between one and the kernel's root (its stored value) is also read outside the kernel."""
+    out: set[UOp] = set()
+    for r in builder.broadcast_reduces:
+        stack, seen = [r], set()
+        while stack and r not in out:
+            n = stack.pop()
+            if n in seen or n is root:
+                continue
+            seen.add(n)
+            for p in parents.get(n, []):
+                if p not in builder.fused:
+                    out.add(r)
+                    break
+                stack.append(p)
+    return out
+
+
+def _trivial(u: UOp) -> bool:
+    """A reduction over size-1 axes only: a copy. Read through a broadcast, it stays its own kernel, as
+    before row kernels: fused, WGSL compilers may fold x - mean(x) to 0 (they may assume finite math),
+    where an inf or NaN must come out (var over one element)."""
+    shape = u.src[0].shape
+    assert shape is not None
+    return all(shape[a] == 1 for a in u.arg[1])
 
 
 RECOMPUTE_LIMIT = 24  # ALU ops an elementwise chain may have and still be recomputed by each reader

@@ -4,12 +4,18 @@ Dispatches are recorded into one command encoder and submitted together when the
 needs data (copy_out), writes data (copy_in) or synchronizes; pipelines are cached by
 kernel source and bind groups by buffer tuple. Errors from wgpu become WebGPUError naming
 the kernel.
+
+Timing (``ANNEAL_DEBUG=2``): where the adapter has ``timestamp-query``, ``start_timing`` /
+``stop_timing`` give each dispatch's GPU time from timestamps written at the start and end of
+its compute pass, with no host synchronization between kernels; the Runner falls back to a
+synchronize around each kernel where they are missing.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +40,10 @@ class WebGPUError(RuntimeError):
 
 _buffer_ids = itertools.count()
 _program_ids = itertools.count()
+QUERIES_PER_SET = 4096  # WebGPU's limit on a query set's size: two timestamps per dispatch
+SUBMIT_EVERY = 64  # dispatches per submit at most (a long schedule starts running before it is all recorded)
+SUBMIT_SOON_DISPATCHES = 16  # flush_soon submits a schedule of this many dispatches at once
+SUBMIT_INTERVAL = 1e-3  # seconds: flush_soon submits fewer dispatches only this long after the last submit
 
 
 @dataclass
@@ -76,6 +86,15 @@ def from_storage(data: np.ndarray, dtype: DType) -> np.ndarray:
     return data.astype(dtype.np)
 
 
+@dataclass
+class Timing:
+    """Timestamps being recorded: each run's query pair (None: it dispatched nothing), query sets."""
+
+    runs: list[int | None] = field(default_factory=list)
+    pairs: int = 0
+    sets: list[Any] = field(default_factory=list)
+
+
 class WebGPUBackend:
     name = "webgpu"
 
@@ -89,7 +108,7 @@ class WebGPUBackend:
         self.wgpu = wgpu
         adapter = select_adapter()
         self.adapter = adapter
-        features = [f for f in ("shader-f16",) if f in adapter.features]
+        features = [f for f in ("shader-f16", "timestamp-query") if f in adapter.features]
         keep = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size", "max-buffer-size",
                 "max-compute-workgroups-per-dimension", "max-compute-invocations-per-workgroup",
                 "max-compute-workgroup-size-x", "max-compute-workgroup-size-y", "max-compute-workgroup-size-z",
@@ -113,12 +132,68 @@ class WebGPUBackend:
         )
         self.workgroup = min(64, self.limits.max_workgroup_invocations)
         self.encoder: Any = None
+        self.recorded = 0  # dispatches in the open encoder
+        self._submitted = 0.0  # perf_counter() of the last submit
         self.bind_groups: dict[tuple, Any] = {}
         self.var_buffers: dict[tuple[int, ...], Any] = {}
         self._fence: Any = None
         self.pool: dict[int, list[Any]] = {}  # freed wgpu buffers by byte size
         self.pooled_bytes = 0
         self.pool_limit = 1 << 32
+        self.timestamps = "timestamp-query" in features  # per-dispatch GPU times for ANNEAL_DEBUG=2
+        self.timestamp_period = self._timestamp_period() if self.timestamps else 1.0  # ns per tick
+        self._timing: Timing | None = None  # between start_timing and stop_timing
+
+    def _timestamp_period(self) -> float:
+        """Nanoseconds per timestamp tick (wgpu-native resolves raw ticks; 1.0 on most drivers)."""
+        try:
+            from wgpu.backends.wgpu_native._ffi import lib
+
+            period = float(lib.wgpuQueueGetTimestampPeriod(self.device.queue._internal))
+        except Exception:  # an older or different wgpu: assume nanoseconds, as WebGPU specifies
+            return 1.0
+        return period if period > 0 else 1.0
+
+    # ---- timing ----
+    def start_timing(self) -> bool:
+        """Record GPU timestamps around each following dispatch; False when the adapter has none."""
+        if not self.timestamps:
+            return False
+        self._timing = Timing()
+        return True
+
+    def stop_timing(self) -> list[float]:
+        """Seconds of GPU time of each run since start_timing, in order (0.0 for a run that dispatched
+        nothing). Waits for the work."""
+        timing, self._timing = self._timing, None
+        if timing is None:
+            return []
+        ticks: list[int] = []
+        self.flush()
+        for k, query_set in enumerate(timing.sets):
+            count = min(QUERIES_PER_SET, 2 * timing.pairs - k * QUERIES_PER_SET)
+            usage = self.wgpu.BufferUsage.QUERY_RESOLVE | self.wgpu.BufferUsage.COPY_SRC
+            resolved = self.device.create_buffer(size=8 * count, usage=usage)
+            encoder = self.device.create_command_encoder()
+            encoder.resolve_query_set(query_set, 0, count, resolved, 0)
+            self.device.queue.submit([encoder.finish()])
+            ticks += np.frombuffer(self.device.queue.read_buffer(resolved), dtype=np.uint64).tolist()
+        return [0.0 if q is None else max(ticks[2 * q + 1] - ticks[2 * q], 0) * self.timestamp_period * 1e-9
+                for q in timing.runs]  # fmt: skip
+
+    def _timestamp_writes(self) -> Any:
+        """The query pair of the next dispatch (None when not timing)."""
+        timing = self._timing
+        if timing is None:
+            return None
+        index = 2 * timing.pairs
+        if index // QUERIES_PER_SET >= len(timing.sets):
+            timing.sets.append(self.device.create_query_set(type="timestamp", count=QUERIES_PER_SET))
+        timing.runs.append(timing.pairs)
+        timing.pairs += 1
+        return {"query_set": timing.sets[index // QUERIES_PER_SET],
+                "beginning_of_pass_write_index": index % QUERIES_PER_SET,
+                "end_of_pass_write_index": index % QUERIES_PER_SET + 1}  # fmt: skip
 
     # ---- memory ----
     def allocate(self, size: int, dtype: DType) -> GPUBuffer:
@@ -183,7 +258,11 @@ class WebGPUBackend:
     def _tune(self, program: WebGPUProgram, buffers: list[GPUBuffer]) -> None:
         """ANNEAL_BEAM: search once, on the first run (real buffers), then keep the winner."""
         assert self.beam_cache is not None
-        best = search(self, program, program.ast, buffers, self.beam)
+        timing, self._timing = self._timing, None  # the search's own runs are not the kernel's
+        try:
+            best = search(self, program, program.ast, buffers, self.beam)
+        finally:
+            self._timing = timing
         winner = self.build(program.name, program.ast, best)
         program.source, program.kernel, program.pipeline = winner.source, winner.kernel, winner.pipeline
         program.layout, program.uid = winner.layout, winner.uid
@@ -228,26 +307,50 @@ class WebGPUBackend:
         values = tuple(var_values[v] for v in k.variables)
         groups = resolve(k.groups, var_values)
         if groups == 0:
+            if self._timing is not None:
+                self._timing.runs.append(None)
             return
         max_x = self.limits.max_workgroups_per_dim
-        gx, gy = (groups, 1) if groups <= max_x else (max_x, math.ceil(groups / max_x))
+        gy = math.ceil(groups / max_x)  # fold into 2-D past the limit, as evenly as possible: a row of
+        gx = math.ceil(groups / gy)  # max_x would launch up to max_x - 1 idle workgroups
         if gy > max_x:
             raise WebGPUError(f"kernel {program.name}: {groups} workgroups exceed the dispatch limits")
         try:
             if self.encoder is None:
                 self.encoder = self.device.create_command_encoder()
-            cpass = self.encoder.begin_compute_pass()
+            writes = self._timestamp_writes()
+            cpass = (
+                self.encoder.begin_compute_pass(timestamp_writes=writes)
+                if writes
+                else self.encoder.begin_compute_pass()
+            )
             cpass.set_pipeline(program.pipeline)
             cpass.set_bind_group(0, self._bind_group(program, buffers, values))
             cpass.dispatch_workgroups(gx, gy, 1)
             cpass.end()
+            self.recorded += 1
         except Exception as exc:
             self.encoder = None
             raise WebGPUError(f"kernel {program.name} failed to dispatch: {type(exc).__name__}: {exc}") from exc
+        if self.recorded >= SUBMIT_EVERY:
+            self.flush()
+
+    def flush_soon(self) -> None:
+        """The end of a schedule: submit what was recorded, unless it is a few dispatches recorded within
+        SUBMIT_INTERVAL of the last submit; the next schedule's or a synchronization's submit takes those
+        (a submit costs the host about as much as recording a dispatch: back-to-back calls of one small
+        kernel would spend half their host time submitting)."""
+        if self.encoder is None:
+            return
+        if self.recorded >= SUBMIT_SOON_DISPATCHES or time.perf_counter() - self._submitted >= SUBMIT_INTERVAL:
+            self.flush()
 
     def flush(self) -> None:
+        """Submit what was recorded: the GPU starts on it while the host goes on (the Runner flushes after
+        each schedule, and run() every SUBMIT_EVERY dispatches, so recording and running overlap)."""
         if self.encoder is not None:
-            encoder, self.encoder = self.encoder, None
+            encoder, self.encoder, self.recorded = self.encoder, None, 0
+            self._submitted = time.perf_counter()
             try:
                 self.device.queue.submit([encoder.finish()])
             except Exception as exc:

@@ -1,0 +1,255 @@
+"""Every strategy the optimizer may choose (and every BEAM candidate) computes the same values.
+
+Each case is checked against numpy; then each kernel of its schedule is run again with each of
+its candidate strategies (vec4 flat, row kernels in groups, the vec4 tile) and must agree with
+the heuristic's output. The sizes are chosen to hit the edges: extents that are not multiples of
+the tile, innermost sizes that are (vec4) and are not (scalar), transposed operands (vec4 gathers),
+gated loads (pad), bool and int outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anneal_ir import Ops, UOp, dtypes
+from anneal_schedule.buffer import Buffer
+from anneal_schedule.opt import KernelOpts, candidate_opts, choose_opts, find_contraction, ranges_of, row_kernel
+from anneal_schedule.runner import Executed, Runner
+from anneal_wgpu.render import render_wgsl
+
+F32 = dtypes.float32
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def runner(adapter: object) -> Runner:
+    from anneal_wgpu.runtime import WebGPUBackend
+
+    return Runner("webgpu", WebGPUBackend())
+
+
+def tensor(runner: Runner, data: np.ndarray) -> UOp:
+    return Buffer("webgpu", runner.backend, data.size, dtypes.from_any(data.dtype)).copy_in(data).view(data.shape)
+
+
+def view(u: UOp, shape: tuple[int, ...], via: tuple[int, ...]) -> UOp:
+    return UOp(Ops.EXPAND, u.dtype, (UOp(Ops.RESHAPE, u.dtype, (u,), via),), shape)
+
+
+def reduce(x: UOp, op: Ops, axis: int) -> UOp:
+    return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (op, (axis,)))
+
+
+def bcast(r: UOp, shape: tuple[int, ...]) -> UOp:
+    return UOp(Ops.EXPAND, r.dtype, (r,), shape)
+
+
+def matmul(a: UOp, b: UOp) -> UOp:
+    (n, k), (_, m) = a.shape, b.shape  # type: ignore[misc]
+    a3 = view(a, (n, m, k), (n, 1, k))
+    b3 = view(UOp(Ops.PERMUTE, b.dtype, (b,), (1, 0)), (n, m, k), (1, m, k))
+    return UOp(Ops.RESHAPE, a.dtype, (reduce(a3 * b3, Ops.ADD, 2),), (n, m))
+
+
+def exp(x: UOp) -> UOp:
+    return (x * 1.4426950408889634).alu(Ops.EXP2)
+
+
+def softmax(x: UOp) -> UOp:
+    shape = x.shape
+    assert shape is not None
+    e = exp(x - bcast(reduce(x, Ops.MAX, 1), shape))
+    return e * bcast(reduce(e, Ops.ADD, 1), shape).alu(Ops.RECIPROCAL)
+
+
+def layernorm(x: UOp) -> UOp:
+    shape = x.shape
+    assert shape is not None
+    inv = 1.0 / shape[1]
+    d = x - bcast(reduce(x, Ops.ADD, 1) * inv, shape)
+    return d * (bcast(reduce(d * d, Ops.ADD, 1) * inv, shape) + 1e-5).alu(Ops.SQRT).alu(Ops.RECIPROCAL)
+
+
+def check_every_candidate(runner: Runner, out: UOp, expected: np.ndarray, rtol: float = 1e-5,
+                          atol: float = 1e-5, limit: int = 8) -> list[str]:  # fmt: skip
+    """Realize out (heuristic strategies), compare with numpy, then re-run each kernel with each of its
+    candidates (about limit of the tile ones) and compare with the heuristic's result. Returns the strategies seen."""
+    runner.recording = []
+    try:
+        (buf,) = runner.realize([out])
+        executed: Executed = runner.recording[-1]
+    finally:
+        runner.recording = None
+    got = buf.numpy().reshape(expected.shape)
+    if expected.dtype.kind == "f":
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(got, expected)
+    backend = runner.backend
+    seen = []
+    for kern in executed.schedule.kernels:
+        buffers = [executed.slots[s].ensure() for s in kern.slots]
+        out_buf = buffers[0]
+        backend.run(backend.build(kern.name, kern.ast, choose_opts(kern.ast, backend.limits)), buffers, {})
+        reference = backend.copy_out(out_buf, out_buf.size, out_buf.dtype)
+        candidates = candidate_opts(kern.ast, backend.limits)
+        tiles = [o for o in candidates[1:] if o.strategy == "tile"]  # a spread of them: each compile is slow here
+        picked = [
+            candidates[0],
+            *tiles[:: max(1, len(tiles) // limit)],
+            *(o for o in candidates if o.strategy != "tile"),
+        ]
+        for opts in picked:
+            prog = backend.build(kern.name, kern.ast, opts)
+            seen.append(f"{opts.strategy}{'/vec4' if 'vec4' in prog.source.splitlines()[0] else ''}")
+            backend.run(prog, buffers, {})
+            trial = backend.copy_out(out_buf, out_buf.size, out_buf.dtype)
+            assert np.allclose(trial, reference, rtol=1e-4, atol=1e-5, equal_nan=True), (opts, prog.source)
+    return seen
+
+
+@pytest.mark.parametrize("shape", [(64, 36), (5, 7), (3, 4, 8)], ids=["vec4", "scalar", "3d"])
+def test_elementwise(runner: Runner, shape: tuple[int, ...]) -> None:
+    a, b = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    x, y = tensor(runner, a), tensor(runner, b)
+    zero = view(UOp.const(F32, 0.0), shape, (1,) * len(shape))
+    chain = UOp(Ops.WHERE, F32, (zero < x * 1.5 + y, (x * 1.5 + y) * y, zero)) - x * 0.25
+    seen = check_every_candidate(runner, chain.alu(Ops.ERF), _erf(np.maximum(a * 1.5 + b, 0) * b - a * 0.25))
+    assert ("flat/vec4" in seen) == (shape[-1] % 4 == 0)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
+    p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return (np.sign(x) * (1.0 - p * np.exp(-x * x))).astype(np.float32)
+
+
+def test_broadcast_transposed_and_padded_operands(runner: Runner) -> None:
+    a = rng.standard_normal((12, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 12)).astype(np.float32)
+    c = rng.standard_normal(16).astype(np.float32)
+    x, yt, row = tensor(runner, a), UOp(Ops.PERMUTE, F32, (tensor(runner, b),), (1, 0)), tensor(runner, c)
+    out = x * yt + view(row, (12, 16), (1, 16))  # contiguous, gathered (transposed), broadcast
+    check_every_candidate(runner, out, a * b.T + c)
+    padded = UOp(Ops.PAD, F32, (x,), ((1, 3), (2, 2)))  # (16, 20): gated loads in every lane
+    check_every_candidate(runner, padded * 2.0, np.pad(a, ((1, 3), (2, 2))) * 2)
+    shifted = UOp(Ops.SHRINK, F32, (x,), ((0, 12), (1, 13)))  # unaligned: offset 1 along the vec4 range
+    check_every_candidate(runner, shifted + 1.0, a[:, 1:13] + 1)
+
+
+def test_bool_and_int_outputs(runner: Runner) -> None:
+    a = rng.integers(-50, 50, size=(8, 12)).astype(np.int32)
+    x = tensor(runner, a)
+    check_every_candidate(runner, x.const_like(0) < x, a > 0)
+    check_every_candidate(runner, (x * 3 + 1).alu(Ops.SHL, x.const_like(2)), (a * 3 + 1) << 2)
+    flags = tensor(runner, a % 2 == 0)
+    check_every_candidate(runner, flags.alu(Ops.XOR, x.const_like(0) < x), (a % 2 == 0) ^ (a > 0))
+    check_every_candidate(runner, (x.const_like(0) < x).cast(F32) * 2.5, (a > 0) * np.float32(2.5))
+
+
+@pytest.mark.parametrize(
+    "shape", [(33, 40), (3, 1000), (40, 6), (24, 256), (5, 4096)], ids=["rows", "long", "short", "cached", "wide"]
+)
+def test_softmax_is_one_row_kernel(runner: Runner, shape: tuple[int, int]) -> None:
+    a = rng.standard_normal(shape).astype(np.float32) * 3
+    out = softmax(tensor(runner, a))
+    e = np.exp(a - a.max(-1, keepdims=True))
+    seen = check_every_candidate(runner, out, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+    assert set(seen) <= {"group", "group/vec4"}  # never flat: that would redo the row's reductions per element
+    (kern,) = runner.scheduler.schedule([out])[0].kernels
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    assert row_kernel(kern.ast) is not None and opts.strategy == "group"
+    source = render_wgsl("k0", kern.ast, opts=opts).source
+    # a row whose quads divide evenly among the invocations stays in registers: no loop over the row
+    assert ("for (var f: i32" not in source) == (shape[1] in (256, 4096)), source
+
+
+@pytest.mark.parametrize("cols", [64, 384])
+def test_layernorm_is_one_row_kernel(runner: Runner, cols: int) -> None:
+    a = rng.standard_normal((48, cols)).astype(np.float32)
+    out = layernorm(tensor(runner, a))
+    ref = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5)
+    check_every_candidate(runner, out, ref, rtol=1e-4, atol=1e-4)
+    assert len(runner.scheduler.schedule([out])[0].kernels) == 1
+
+
+def test_row_kernel_over_an_outer_and_an_inner_axis(runner: Runner) -> None:
+    """Batch-norm-like: statistics per channel over (batch, h*w); the rows are the channels."""
+    a = rng.standard_normal((4, 40, 24)).astype(np.float32)  # (batch, channel, h*w)
+    x = tensor(runner, a)
+    xt = UOp(Ops.PERMUTE, F32, (x,), (1, 0, 2))  # (channel, batch, h*w)
+    flat = UOp(Ops.RESHAPE, F32, (xt,), (40, 96))
+    mean = bcast(reduce(flat, Ops.ADD, 1) * (1 / 96), (40, 96))
+    out = UOp(Ops.RESHAPE, F32, (flat - mean,), (40, 4, 24))
+    ref = np.transpose(a, (1, 0, 2)) - np.transpose(a, (1, 0, 2)).mean((1, 2), keepdims=True)
+    check_every_candidate(runner, out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_matmul_broadcast_read_is_not_fused(runner: Runner) -> None:
+    a, b = rng.standard_normal((40, 16)).astype(np.float32), rng.standard_normal((16, 36)).astype(np.float32)
+    c = rng.standard_normal((40, 36, 8)).astype(np.float32)
+    mm = UOp(Ops.RESHAPE, F32, (matmul(tensor(runner, a), tensor(runner, b)),), (40, 36, 1))
+    out = tensor(runner, c) + bcast(mm, (40, 36, 8))
+    check_every_candidate(runner, out, c + (a @ b)[:, :, None], rtol=1e-4, atol=1e-4)
+    assert len(runner.scheduler.schedule([out])[0].kernels) == 2
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(70, 52, 36), (128, 64, 128), (33, 20, 44), (40, 50, 36), (64, 16, 30)],
+    ids=["edges", "even", "small-k", "k-not-4", "n-not-4"],
+)
+def test_matmul_tiles(runner: Runner, m: int, k: int, n: int) -> None:
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    mm = matmul(tensor(runner, a), tensor(runner, b)) + view(tensor(runner, bias), (m, n), (1, n))
+    zero = view(UOp.const(F32, 0.0), (m, n), (1, 1))
+    out = UOp(Ops.WHERE, F32, (zero < mm, mm, zero))
+    seen = check_every_candidate(runner, out, np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-4)
+    assert ("tile/vec4" in seen) == (k % 4 == 0 and n % 4 == 0)
+
+
+def test_matmul_transposed_operands_and_batches(runner: Runner) -> None:
+    at = rng.standard_normal((24, 40)).astype(np.float32)  # a = at.T: contiguous along m, gathered along k
+    b = rng.standard_normal((24, 36)).astype(np.float32)
+    a_t = UOp(Ops.PERMUTE, F32, (tensor(runner, at),), (1, 0))
+    check_every_candidate(runner, matmul(a_t, tensor(runner, b)), at.T @ b, rtol=1e-4, atol=1e-4)
+    batch_a = rng.standard_normal((3, 32, 16)).astype(np.float32)
+    batch_b = rng.standard_normal((3, 16, 40)).astype(np.float32)
+    x, y = tensor(runner, batch_a), tensor(runner, batch_b)
+    x4 = view(x, (3, 32, 40, 16), (3, 32, 1, 16))
+    y4 = view(UOp(Ops.PERMUTE, F32, (y,), (0, 2, 1)), (3, 32, 40, 16), (3, 1, 40, 16))
+    bmm = UOp(Ops.RESHAPE, F32, (reduce(x4 * y4, Ops.ADD, 3),), (3, 32, 40))
+    check_every_candidate(runner, bmm, batch_a @ batch_b, rtol=1e-4, atol=1e-4)
+
+
+def test_int_matmul(runner: Runner) -> None:
+    a = rng.integers(-5, 5, size=(36, 20)).astype(np.int32)
+    b = rng.integers(-5, 5, size=(20, 40)).astype(np.int32)
+    check_every_candidate(runner, matmul(tensor(runner, a), tensor(runner, b)), a @ b)
+
+
+def test_heuristic_strategies(runner: Runner) -> None:
+    limits = runner.backend.limits
+    x = UOp(Ops.RESHAPE, F32, (UOp(Ops.BUFFER, F32, (), _Fake(1 << 20)),), (1024, 1024))
+    w = UOp(Ops.RESHAPE, F32, (UOp(Ops.BUFFER, F32, (), _Fake(1 << 20)),), (1024, 1024))
+    sched = runner.scheduler.schedule([matmul(x, w)])[0]
+    opts = choose_opts(sched.kernels[0].ast, limits)
+    assert opts.strategy == "tile" and opts.width == 4
+    assert find_contraction(sched.kernels[0].ast, ranges_of(sched.kernels[0].ast)) is not None
+    sched = runner.scheduler.schedule([x * 2.0 + w])[0]
+    assert choose_opts(sched.kernels[0].ast, limits) == KernelOpts(
+        "flat", min(256, limits.max_workgroup_invocations), width=4
+    )
+    sched = runner.scheduler.schedule([softmax(x)])[0]
+    (kern,) = sched.kernels
+    assert choose_opts(kern.ast, limits).strategy == "group"
+    assert all(o.strategy == "group" for o in candidate_opts(kern.ast, limits))
+    source = render_wgsl("k0", kern.ast, opts=choose_opts(kern.ast, limits)).source
+    assert "array<vec4<f32>>" in source and "for (var e: i32" not in source  # the row of 1024 in registers
+
+
+class _Fake:
+    def __init__(self, size: int):
+        self.size = size
