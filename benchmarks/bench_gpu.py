@@ -1,8 +1,12 @@
 """WebGPU backend vs PyTorch CUDA (float32, TF32 off) on the same GPU, measured in one run.
 
 Prints, for each case, anneal's time, torch's time, their ratio and the achieved TFLOP/s or
-GB/s (and the share of the GPU's peak memory bandwidth, given with --peak-gbs).
-Run on a machine with a GPU: python benchmarks/bench_gpu.py [--peak-gbs 4800] [--quick]
+GB/s (and the share of the GPU's peak memory bandwidth, given with --peak-gbs). anneal's time is
+that of jit replays synchronized once per batch; where the adapter has timestamp queries, the
+kernels' own GPU time is printed too ("gpu"), free of host round trips.
+Run on a machine with a GPU: python benchmarks/bench_gpu.py [--peak-gbs 4800] [--quick] [--sweep]
+(--sweep also times every candidate strategy of the matmul, elementwise and softmax kernels: what
+ANNEAL_BEAM searches, all of it.)
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ def torch_sync() -> None:
 
 def timeit(fn: Callable[[], object], sync_fn: Callable[[], None], runs: int = 10, reps: int = 3) -> float:
     """Seconds per call: calls are queued back to back and synchronized once per batch, so the
-    cost of a host round trip (large for wgpu's buffer mapping) is not counted per call."""
+    cost of a host round trip (about 1 ms for wgpu's buffer mapping) is not counted per call: a
+    batch lasts tens of milliseconds, where that round trip adds a few percent at most."""
     fn()
     sync_fn()
     best = float("inf")
@@ -48,16 +53,84 @@ def timeit(fn: Callable[[], object], sync_fn: Callable[[], None], runs: int = 10
     return best
 
 
-def report(name: str, ta: float, tt: float, work: float, unit: str, peak: float | None = None) -> dict:
+def gpu_time(fn: Callable[[], object], reps: int = 10) -> float | None:
+    """The GPU time of one call's kernels from timestamp queries (best of reps), or None without them."""
+    backend = runner(DEVICE).backend
+    fn()
+    sync()
+    best = float("inf")
+    for _ in range(reps):
+        if not backend.start_timing():
+            return None
+        fn()
+        best = min(best, sum(backend.stop_timing()))
+    return best
+
+
+def report(name: str, ta: float, tt: float, work: float, unit: str, peak: float | None = None,
+           tg: float | None = None) -> dict:  # fmt: skip
     rate_a, rate_t = work / ta, work / tt
     extra = f"  ({100 * rate_a / peak:.0f}% of peak)" if peak else ""
+    gpu = f" | gpu {tg * 1e3:.3f} ms {work / tg:.1f} {unit}" if tg else ""
     print(f"{name:<34} anneal {ta * 1e3:8.3f} ms {rate_a:8.1f} {unit}{extra} | torch {tt * 1e3:8.3f} ms "
-          f"{rate_t:8.1f} {unit} | anneal/torch time {ta / tt:5.2f}x")  # fmt: skip
+          f"{rate_t:8.1f} {unit} | anneal/torch time {ta / tt:5.2f}x{gpu}")  # fmt: skip
     return {"case": name, "anneal_ms": ta * 1e3, "torch_ms": tt * 1e3, f"anneal_{unit}": rate_a,
-            f"torch_{unit}": rate_t, "peak_share": rate_a / peak if peak else None}  # fmt: skip
+            f"torch_{unit}": rate_t, "peak_share": rate_a / peak if peak else None,
+            "anneal_gpu_ms": tg * 1e3 if tg else None}  # fmt: skip
 
 
-def matmul(n: int) -> dict:
+def sweep(name: str, outputs: list, work: float, unit: str, top: int = 12) -> None:
+    """Time every candidate strategy of each kernel of outputs with GPU timestamps (each checked against
+    the heuristic's result first), fastest first: what ANNEAL_BEAM=N searches, all of it."""
+    from anneal_schedule.opt import candidate_opts, choose_opts
+    from anneal_wgpu.beam import agrees
+
+    run = runner(DEVICE)
+    backend = run.backend
+    run.recording = []
+    try:
+        run.realize([o.uop for o in outputs])
+        executed = run.recording[-1]
+    finally:
+        run.recording = None
+    for kern in executed.schedule.kernels:
+        buffers = [executed.slots[s].ensure() for s in kern.slots]
+        out = buffers[0]
+        first = choose_opts(kern.ast, backend.limits)
+        backend.run(backend.build(kern.name, kern.ast, first), buffers, {})
+        reference = backend.copy_out(out, out.size, out.dtype)
+        rows = []
+        for opts in candidate_opts(kern.ast, backend.limits):
+            try:
+                prog = backend.build(kern.name, kern.ast, opts)
+            except Exception as exc:  # noqa: BLE001 - a candidate the device refuses is reported, not fatal
+                rows.append((float("inf"), opts, f"refused: {str(exc).splitlines()[0][:60]}"))
+                continue
+            backend.run(prog, buffers, {})
+            got = backend.copy_out(out, out.size, out.dtype)
+            ok = agrees(got, reference)  # as ANNEAL_BEAM checks a candidate
+            best = float("inf")
+            for _ in range(5):
+                backend.start_timing()
+                backend.run(prog, buffers, {})
+                best = min(best, backend.stop_timing()[0])
+            rows.append((best, opts, "" if ok else "WRONG"))
+        rows.sort(key=lambda r: r[0])
+        print(f"  sweep {name} {kern.name}: {len(rows)} candidates (heuristic: {_describe(first)})")
+        for t, opts, note in rows[:top]:
+            print(f"    {t * 1e3:8.3f} ms {work / t:8.1f} {unit}  {_describe(opts)} {note}")
+        wrong = [r for r in rows if r[2] == "WRONG"]
+        if wrong:
+            print(f"    WRONG results from {len(wrong)} candidates: {[_describe(r[1]) for r in wrong]}")
+
+
+def _describe(opts: object) -> str:
+    o = opts  # KernelOpts
+    tile = f" tile={o.tile} upcast={o.upcast}" if o.strategy == "tile" else ""  # type: ignore[attr-defined]
+    return f"{o.strategy} local={o.local} width={o.width}{tile}"  # type: ignore[attr-defined]
+
+
+def matmul(n: int, do_sweep: bool = False) -> dict:
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
     x, w = Tensor(a, device=DEVICE), Tensor(b, device=DEVICE)
@@ -66,12 +139,15 @@ def matmul(n: int) -> dict:
     ref = (tx @ tw).cpu().numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-2 * np.sqrt(n))
     step = jit(lambda u, v: (u @ v).realize())
-    ta = timeit(lambda: step(x, w), sync)
-    tt = timeit(lambda: tx @ tw, torch_sync)
-    return report(f"matmul {n}x{n}x{n} f32", ta, tt, 2 * n**3 / 1e12, "TFLOP/s")
+    ta = timeit(lambda: step(x, w), sync, runs=50)
+    tt = timeit(lambda: tx @ tw, torch_sync, runs=50)
+    tg = gpu_time(lambda: step(x, w))
+    if do_sweep:
+        sweep("matmul", [x @ w], 2 * n**3 / 1e12, "TFLOP/s", top=25)
+    return report(f"matmul {n}x{n}x{n} f32", ta, tt, 2 * n**3 / 1e12, "TFLOP/s", tg=tg)
 
 
-def elementwise(n: int, peak: float | None) -> dict:
+def elementwise(n: int, peak: float | None, do_sweep: bool = False) -> dict:
     a = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     b = np.random.default_rng(1).standard_normal(n).astype(np.float32)
     x, y = Tensor(a, device=DEVICE), Tensor(b, device=DEVICE)
@@ -82,19 +158,27 @@ def elementwise(n: int, peak: float | None) -> dict:
 
     np.testing.assert_allclose(chain(x, y).numpy(), chain(tx, ty).cpu().numpy(), rtol=1e-5, atol=1e-6)
     step = jit(lambda u, v: chain(u, v).realize())  # replayed: the GPU's time, not Python's graph building
-    ta = timeit(lambda: step(x, y), sync, runs=50)
-    tt = timeit(lambda: chain(tx, ty), torch_sync)
-    return report(f"elementwise chain ({n // 2**20}M f32)", ta, tt, 3 * 4 * n / 1e9, "GB/s", peak)
+    ta = timeit(lambda: step(x, y), sync, runs=200)
+    tt = timeit(lambda: chain(tx, ty), torch_sync, runs=200)
+    tg = gpu_time(lambda: step(x, y))
+    if do_sweep:
+        sweep("elementwise", [chain(x, y)], 3 * 4 * n / 1e9, "GB/s")
+    return report(f"elementwise chain ({n // 2**20}M f32)", ta, tt, 3 * 4 * n / 1e9, "GB/s", peak, tg)
 
 
-def softmax(rows: int, cols: int, peak: float | None) -> dict:
+def softmax(rows: int, cols: int, peak: float | None, do_sweep: bool = False) -> dict:
     a = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
     x, tx = Tensor(a, device=DEVICE), torch.tensor(a, device=TORCH)
     np.testing.assert_allclose(x.softmax(-1).numpy(), tx.softmax(-1).cpu().numpy(), rtol=1e-4, atol=1e-7)
     step = jit(lambda u: u.softmax(-1).realize())
-    ta = timeit(lambda: step(x), sync, runs=50)
-    tt = timeit(lambda: tx.softmax(-1), torch_sync)
-    return report(f"softmax {rows}x{cols} f32 (read+write)", ta, tt, 2 * 4 * rows * cols / 1e9, "GB/s", peak)
+    ta = timeit(lambda: step(x), sync, runs=200)
+    tt = timeit(lambda: tx.softmax(-1), torch_sync, runs=200)
+    tg = gpu_time(lambda: step(x))
+    kernels = len(runner(DEVICE).scheduler.schedule([x.softmax(-1).uop])[0].kernels)
+    if do_sweep:
+        sweep("softmax", [x.softmax(-1)], 2 * 4 * rows * cols / 1e9, "GB/s")
+    name = f"softmax {rows}x{cols} f32 ({kernels} kernel{'s' if kernels > 1 else ''})"
+    return report(name, ta, tt, 2 * 4 * rows * cols / 1e9, "GB/s", peak, tg)
 
 
 def training_step(model: str, steps: int = 20) -> dict:
@@ -153,8 +237,7 @@ def transformer_step(steps: int = 20, layers: int = 2, heads: int = 4, dim: int 
         return loss
 
     x, y = Tensor(data, device=DEVICE), Tensor(target, device=DEVICE)
-    for _ in range(3):
-        astep(x, y).item()
+    losses = [astep(x, y).item() for _ in range(3)]
     t0 = time.perf_counter()
     for _ in range(steps):
         astep(x, y)
@@ -165,14 +248,18 @@ def transformer_step(steps: int = 20, layers: int = 2, heads: int = 4, dim: int 
     topt = torch.optim.AdamW(list(tw.values()), lr=1e-3)
     tx, ty = torch.tensor(data, device=TORCH), torch.tensor(target, device=TORCH)
 
-    def tstep() -> None:
+    def tstep() -> torch.Tensor:
         topt.zero_grad()
         logits = forward(to, tw, tx, layers, heads) @ tw["wte"].T
-        torch.nn.functional.cross_entropy(logits.reshape(-1, 65), ty.reshape(-1)).backward()
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 65), ty.reshape(-1))
+        loss.backward()
         topt.step()
+        return loss
 
-    for _ in range(3):
-        tstep()
+    tlosses = [float(tstep().detach()) for _ in range(3)]
+    # the same weights, data and optimizer: the first three losses agree (the GPU computed the step right)
+    status = "ok" if np.allclose(losses, tlosses, rtol=2e-3, atol=2e-3) else "MISMATCH"
+    print(f"transformer losses, first 3 steps: anneal {np.round(losses, 4)} torch {np.round(tlosses, 4)} {status}")
     torch_sync()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -217,6 +304,8 @@ def main() -> None:
     p.add_argument("--peak-gbs", type=float, default=None, help="the GPU's peak memory bandwidth in GB/s")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--torch-device", default="cuda")
+    p.add_argument("--sweep", action="store_true", help="time every candidate strategy of the first three cases")
+    p.add_argument("--only", default="", help="comma-separated cases: matmul,elementwise,softmax,overhead,steps")
     args = p.parse_args()
     global TORCH
     TORCH = args.torch_device
@@ -225,11 +314,20 @@ def main() -> None:
     backend = runner(DEVICE).backend
     print(f"anneal webgpu on {backend.adapter.info['device']} ({backend.adapter.info['backend_type']}); "
           f"torch {torch.__version__} on {torch.cuda.get_device_name() if TORCH == 'cuda' else TORCH}")  # fmt: skip
-    results = [matmul(1024 if args.quick else 4096), elementwise(2**24 if args.quick else 2**26, args.peak_gbs),
-               softmax(4096, 4096 if args.quick else 8192, args.peak_gbs), host_overhead()]  # fmt: skip
-    for model in ("mlp", "conv"):
-        results.append(training_step(model))
-    results.append(transformer_step())
+    only = set(args.only.split(",")) if args.only else {"matmul", "elementwise", "softmax", "overhead", "steps"}
+    results = []
+    if "matmul" in only:
+        results.append(matmul(1024 if args.quick else 4096, args.sweep))
+    if "elementwise" in only:
+        results.append(elementwise(2**24 if args.quick else 2**26, args.peak_gbs, args.sweep))
+    if "softmax" in only:
+        results.append(softmax(4096, 4096 if args.quick else 8192, args.peak_gbs, args.sweep))
+    if "overhead" in only:
+        results.append(host_overhead())
+    if "steps" in only:
+        for model in ("mlp", "conv"):
+            results.append(training_step(model))
+        results.append(transformer_step())
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "bench_gpu.json"), "w") as f:
