@@ -104,8 +104,13 @@ def integration(session: nox.Session) -> None:
 def webgpu(session: nox.Session) -> None:
     """The op, gradient and JVP suites again, on the WebGPU backend (lavapipe in CI)."""
     install_editable(session, PACKAGES, *TEST_TOOLS, TORCH)
-    suites = ["tests/test_ops.py", "tests/test_grad.py", "tests/test_jvp.py", "tests/test_models_forward.py",
-              "tests/test_variables.py"]
+    suites = [
+        "tests/test_ops.py",
+        "tests/test_grad.py",
+        "tests/test_jvp.py",
+        "tests/test_models_forward.py",
+        "tests/test_variables.py",
+    ]
     with session.chdir(ROOT / "packages" / "anneal"):
         session.run("pytest", *suites, *session.posargs, env={"ANNEAL_DEVICE": "webgpu"})
 
