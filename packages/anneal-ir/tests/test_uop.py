@@ -5,12 +5,13 @@ from __future__ import annotations
 import gc
 import math
 import pickle
+import weakref
 
 import pytest
 
 from anneal_ir import Ops, UOp, dtypes
 from anneal_ir.bounds import dtype_bounds
-from anneal_ir.uop import UOpMeta
+from anneal_ir.uop import UOpMeta, _arg_key
 
 I64, I32, I8, B, F32 = dtypes.int64, dtypes.int32, dtypes.int8, dtypes.bool, dtypes.float32
 
@@ -45,11 +46,14 @@ def test_const_args_keep_their_type() -> None:
 
 
 def test_dead_nodes_are_freed() -> None:
+    gc.collect()  # garbage of earlier tests, collected mid-test, would skew the counts below
     before = len(UOpMeta._live)
     nodes = [var(f"tmp{i}", 0, i) * 3 for i in range(50)]
-    assert len(UOpMeta._live) >= before + 100
+    refs = [weakref.ref(n) for n in nodes]
+    assert all(UOpMeta._live.get(k) is n for n in nodes for k in [(n.op, n.dtype, n.src, _arg_key(n.arg))])
     del nodes
     gc.collect()
+    assert all(r() is None for r in refs)  # the table held them weakly
     assert len(UOpMeta._live) <= before + 5
 
 
