@@ -243,3 +243,19 @@ def test_a_sum_of_two_products_becomes_two_contractions(c_runner: Runner) -> Non
     np.testing.assert_allclose(run(c_runner, out).reshape(40, 20), a @ b + c @ d, rtol=1e-5, atol=1e-5)
     (prog,) = c_runner.programs.values()
     assert prog.source.count("_contract(") == 2
+
+
+def test_a_symbolic_size_with_a_division_renders_in_c_and_python(c_runner: Runner, tmp_path: Path) -> None:
+    """(n // 2, 2): C spells the division `/` (`//` opens a comment there), the Python glue `//`."""
+    from anneal_ir.sint import sdiv
+
+    n = Variable("n", 2, 4096)
+    data = rng.standard_normal(4000).astype(np.float32)
+    for r in (c_runner, Runner("cpu", CPUBackend(Settings(cpu_cc="numpy", cache_dir=str(tmp_path))))):
+        buf = Buffer("cpu", r.backend, data.size, F32).copy_in(data)
+        x = buf.view((n,), (n.bind(4000),))
+        pairs = UOp(Ops.RESHAPE, F32, (x,), (sdiv(n, 2), 2))
+        out = reduce(pairs * 2.0, Ops.ADD, (1,))
+        (got,) = r.realize([out], {"n": 4000})
+        np.testing.assert_allclose(got.numpy()[:2000], (data.reshape(2000, 2) * 2).sum(1), rtol=1e-6)
+    assert all_compiled(c_runner)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from anneal_ir import DType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
-from anneal_ir.sint import sint, variables
+from anneal_ir.sint import sint, size_code, variables
 
 Affine = tuple[dict[int, int], int]  # {axis: coefficient}, offset
 
@@ -59,22 +59,9 @@ _UNARY = {
 }  # fmt: skip
 
 
-_SIZE_OPS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%"}
-
-
 def size_expr(x: sint) -> str:
     """A loop extent as Python: an int, or an expression over the kernel's Variables (``v_<name>``)."""
-    if isinstance(x, int):
-        return str(x)
-    if x.op is Ops.CONST:
-        return str(int(x.arg))
-    if x.op is Ops.DEFINE_VAR:
-        return f"v_{x.arg[0]}"
-    if x.op in _SIZE_OPS:  # sizes are never negative: Python's // and % agree with C's here
-        return "(" + f" {_SIZE_OPS[x.op]} ".join(size_expr(s) for s in x.src) + ")"
-    if x.op is Ops.MAX:
-        return f"max({size_expr(x.src[0])}, {size_expr(x.src[1])})"
-    raise NotImplementedError(f"cpu renderer: a symbolic size with {x.op.name}")
+    return size_code(x, "//")
 
 
 def tuple_expr(sizes: list[sint] | tuple[sint, ...]) -> str:

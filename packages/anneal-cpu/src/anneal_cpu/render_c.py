@@ -27,7 +27,7 @@ import numpy as np
 
 from anneal_cpu.render import affine, prepare, size_expr, tuple_expr
 from anneal_ir import DType, Ops, UOp, dtypes
-from anneal_ir.sint import sint, sprod, variables
+from anneal_ir.sint import sint, size_code, sprod, variables
 
 _CTYPE = {
     dtypes.bool: "_Bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
@@ -270,8 +270,8 @@ class CRenderer:
     def add_stage(self, stage: Stage) -> None:
         """Render the stage and call it with the kernel's pointer table (buffers, then temps by slot)."""
         self.render_stage(stage)
-        outer = self.size(self.ends[stage.axes[0]]) if stage.axes else "1"
-        work = self.size(sprod([*(self.ends[r] for r in stage.axes), *self.inner_iterations(stage.value)]))
+        outer = size_expr(self.ends[stage.axes[0]]) if stage.axes else "1"  # Python: the glue
+        work = size_expr(sprod([*(self.ends[r] for r in stage.axes), *self.inner_iterations(stage.value)]))
         self.glue.append(f"_run({stage.name}, P, v, {outer}, {work})")
         self.stages.append(stage)
 
@@ -360,7 +360,7 @@ class CRenderer:
         return " + ".join(terms) or "0"
 
     def size(self, x: sint) -> str:
-        return size_expr(x)
+        return size_code(x)  # C: `/` (Python's `//` would open a comment)
 
     def place(self, u: UOp, current: Block) -> Block:
         need = self.ranges_of[u]

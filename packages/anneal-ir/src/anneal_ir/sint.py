@@ -141,6 +141,24 @@ def render_size(x: sint) -> str:
     return f"{x.op.name.lower()}({', '.join(render_size(s) for s in x.src)})"
 
 
+def size_code(x: sint, div: str = "/") -> str:
+    """A size as code: an int, or an expression over the kernel's Variables (``v_<name>``) in the
+    syntax C, WGSL and Python share (``div`` is ``/`` or Python's ``//``: sizes are never negative, so
+    truncating and flooring agree)."""
+    if isinstance(x, int):
+        return str(x)
+    if x.op is Ops.CONST:
+        return str(int(x.arg))
+    if x.op is Ops.DEFINE_VAR:
+        return f"v_{x.arg[0]}"
+    ops = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: div, Ops.MOD: "%"}
+    if x.op in ops:
+        return "(" + f" {ops[x.op]} ".join(size_code(s, div) for s in x.src) + ")"
+    if x.op is Ops.MAX:
+        return f"max({size_code(x.src[0], div)}, {size_code(x.src[1], div)})"
+    raise NotImplementedError(f"a symbolic size with {x.op.name} cannot be rendered")
+
+
 def render_shape(shape: tuple[sint, ...]) -> str:
     inner = ", ".join(render_size(d) for d in shape)
     return f"({inner},)" if len(shape) == 1 else f"({inner})"

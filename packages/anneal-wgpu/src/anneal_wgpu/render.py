@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir import DType, Ops, UOp, dtypes
-from anneal_ir.sint import sadd, sdiv, sint, smul, sprod, upper, variables
+from anneal_ir.sint import sadd, sdiv, sint, size_code, smul, sprod, upper, variables
 from anneal_schedule.opt import (
     MAX_ROW_QUADS,
     KernelOpts,
@@ -136,9 +136,6 @@ class Kernel:
     variables: tuple[str, ...] = ()  # Variable names, in the order of the ``vars`` uniform buffer
 
 
-_SIZE_OPS = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%"}
-
-
 def end_of(r: UOp) -> sint:
     """A RANGE's extent: an int, or a symbolic size."""
     return int(r.src[0].arg) if r.src[0].op is Ops.CONST else r.src[0]
@@ -172,17 +169,10 @@ class WGSLRenderer:
 
     def size(self, x: sint) -> str:
         """A size as WGSL i32: an int, or an expression over the Variables (non-negative: / and % are exact)."""
-        if isinstance(x, int):
-            return str(x)
-        if x.op is Ops.CONST:
-            return str(int(x.arg))
-        if x.op is Ops.DEFINE_VAR:
-            return f"v_{x.arg[0]}"
-        if x.op in _SIZE_OPS:
-            return "(" + f" {_SIZE_OPS[x.op]} ".join(self.size(s) for s in x.src) + ")"
-        if x.op is Ops.MAX:
-            return f"max({self.size(x.src[0])}, {self.size(x.src[1])})"
-        raise RenderError(f"kernel {self.name}: a symbolic size with {x.op.name}")
+        try:
+            return size_code(x)
+        except NotImplementedError as exc:
+            raise RenderError(f"kernel {self.name}: {exc}") from None
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
