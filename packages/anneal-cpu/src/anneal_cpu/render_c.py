@@ -28,6 +28,7 @@ import numpy as np
 from anneal_cpu.render import affine, prepare, size_expr, tuple_expr
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sint, size_code, sprod, variables
+from anneal_schedule.blocks import Block
 
 _CTYPE = {
     dtypes.bool: "_Bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
@@ -101,20 +102,6 @@ def literal(value: object, d: DType) -> str:
     if v == -(2**63):
         return "((int64_t)(-9223372036854775807LL - 1))"
     return f"(({ctype(d)}){v}LL)"
-
-
-@dataclass
-class Block:
-    scope: frozenset[UOp]
-    parent: Block | None
-    lines: list[str] = field(default_factory=list)
-
-    def ancestors(self) -> list[Block]:
-        out, b = [], self
-        while b is not None:
-            out.append(b)
-            b = b.parent  # type: ignore[assignment]
-        return out
 
 
 @dataclass
@@ -363,11 +350,10 @@ class CRenderer:
         return size_code(x)  # C: `/` (Python's `//` would open a comment)
 
     def place(self, u: UOp, current: Block) -> Block:
-        need = self.ranges_of[u]
-        for b in reversed(current.ancestors()):
-            if need <= b.scope:
-                return b
-        raise Unsupported(f"{u.op.name} used outside the loop of its range")
+        found = current.outermost(self.ranges_of[u])
+        if found is None:
+            raise Unsupported(f"{u.op.name} used outside the loop of its range")
+        return found
 
     def ref(self, u: UOp, current: Block) -> str:
         if u.op is Ops.CONST:

@@ -25,6 +25,7 @@ from typing import Any
 
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sadd, sdiv, sint, size_code, smul, sprod, upper, variables
+from anneal_schedule.blocks import Block
 from anneal_schedule.opt import (
     MAX_ROW_QUADS,
     KernelOpts,
@@ -108,21 +109,6 @@ _UNARY = {
     Ops.EXP2: "exp2({a})", Ops.LOG2: "log2({a})", Ops.SIN: "sin({a})", Ops.SQRT: "sqrt({a})",
     Ops.RECIPROCAL: "({one} / {a})", Ops.NEG: "(-{a})", Ops.TRUNC: "trunc({a})", Ops.ERF: "erf_({a})",
 }  # fmt: skip
-
-
-@dataclass
-class Block:
-    scope: frozenset[UOp]  # ranges that exist inside this block
-    parent: Block | None
-    lines: list[str] = field(default_factory=list)
-
-    def ancestors(self) -> list[Block]:
-        out: list[Block] = []
-        b: Block | None = self
-        while b is not None:
-            out.append(b)
-            b = b.parent
-        return out  # self first, root last
 
 
 @dataclass
@@ -263,11 +249,10 @@ class WGSLRenderer:
     # ---- emission ----
     def place(self, u: UOp, current: Block) -> Block:
         """The outermost block (an ancestor of current) in which all of u's ranges exist."""
-        need = self.ranges_of[u]
-        for b in reversed(current.ancestors()):
-            if need <= b.scope:
-                return b
-        raise RenderError(f"kernel {self.name}: {u.op.name} is used outside the loop of its range")
+        found = current.outermost(self.ranges_of[u])
+        if found is None:
+            raise RenderError(f"kernel {self.name}: {u.op.name} is used outside the loop of its range")
+        return found
 
     def ref(self, u: UOp, current: Block) -> str:
         if u.op is Ops.CONST:
