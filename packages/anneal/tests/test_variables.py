@@ -186,3 +186,18 @@ def test_shapes_show_the_variable() -> None:
     assert "(batch, 4)" in repr(x)
     assert "(batch*4,)" in repr(x.flatten())
     assert x.reshape(x.shape[0], -1).shape == (batch, 4)
+
+
+def test_jit_refuses_two_values_for_one_variable() -> None:
+    from anneal.jit import JitError
+
+    batch = Variable("batch", 1, 16)
+
+    @jit
+    def add(x: Tensor, y: Tensor) -> Tensor:
+        return (x + y).realize()
+
+    for n in (2, 3, 5):
+        add(sym(data(n, 2), batch), sym(data(n, 2), batch))
+    with pytest.raises(JitError, match="jit: Variable 'batch' is bound to both 3 and 4"):
+        add(sym(data(3, 2), batch), sym(data(4, 2), batch))

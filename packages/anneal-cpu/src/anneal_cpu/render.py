@@ -69,6 +69,14 @@ def tuple_expr(sizes: list[sint] | tuple[sint, ...]) -> str:
     return f"({inner},)" if len(sizes) == 1 else f"({inner})"
 
 
+def by_blas(value: frozenset, a: frozenset, b: frozenset, summed: frozenset) -> bool:
+    """Does a sum over ``summed`` of a product a*b (``value`` = the product's axes) run as one matmul?
+    Both renderers ask this, so both compute a sum the same way. Not when the product does not vary along
+    a summed axis, nor when one factor varies along a subset of the other's axes: the product is then no
+    bigger than that factor and is summed like any other value."""
+    return bool(value & summed) and bool(a) and bool(b) and not (a <= b or b <= a)
+
+
 def np_name(d: DType) -> str:
     """The numpy type a value of d is computed in (bfloat16 computes in float32)."""
     if d == dtypes.bfloat16:
@@ -113,13 +121,10 @@ class Renderer:
             return None
         value = u.src[0]
         if value.op is Ops.MUL:
-            axes = {self.axis_of[r] for r in u.src[1:]}
-            da, db = self.static_deps(value.src[0]), self.static_deps(value.src[1])
-            # as the C path decides (render_c.contraction_factors), so that both compute a sum the same way:
-            # when one factor varies along a subset of the other's axes, the product is no bigger than that
-            # factor and is summed like any other value
-            if self.static_deps(value) & axes and da and db and not (da <= db or db <= da):
-                return value.src[0], value.src[1]
+            a, b = value.src
+            summed = frozenset(self.axis_of[r] for r in u.src[1:])
+            if by_blas(self.static_deps(value), self.static_deps(a), self.static_deps(b), summed):
+                return a, b
         return None
 
     def static_deps(self, u: UOp) -> frozenset[int]:

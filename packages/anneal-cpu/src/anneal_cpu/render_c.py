@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from anneal_cpu.render import affine, prepare, size_expr, tuple_expr
+from anneal_cpu.render import affine, by_blas, prepare, size_expr, tuple_expr
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sint, size_code, sprod, variables
 from anneal_schedule.blocks import Block
@@ -154,12 +154,8 @@ class CRenderer:
         if u.op is not Ops.REDUCE or u.arg is not Ops.ADD or u.src[0].op is not Ops.MUL:
             return None
         a, b = u.src[0].src
-        reduce_ranges = frozenset(u.src[1:])
-        if not (self.ranges_of[u.src[0]] & reduce_ranges) or not (self.ranges_of[a] and self.ranges_of[b]):
-            return None
-        if self.ranges_of[a] <= self.ranges_of[b] or self.ranges_of[b] <= self.ranges_of[a]:
-            return None  # one factor is a broadcast of the other: a plain loop is as good as BLAS
-        return a, b
+        ranges = self.ranges_of
+        return (a, b) if by_blas(ranges[u.src[0]], ranges[a], ranges[b], frozenset(u.src[1:])) else None
 
     # ---- the glue: contractions through BLAS, stages for the rest ----
     def render(self) -> tuple[str, str, list[str]]:

@@ -164,13 +164,18 @@ def render_shape(shape: tuple[sint, ...]) -> str:
     return f"({inner},)" if len(shape) == 1 else f"({inner})"
 
 
+def record_bind(values: dict[str, int], bind_node: UOp) -> None:
+    """Add a BIND's value to values; a second, different value for one Variable is an error."""
+    name, value = bind_node.src[0].arg[0], bind_node.src[1].arg
+    if values.setdefault(name, value) != value:
+        raise ValueError(f"Variable {name!r} is bound to both {values[name]} and {value} in one graph; "
+                         "give each call one value")  # fmt: skip
+
+
 def bound_values(root: UOp) -> dict[str, int]:
     """Every Variable's value from the BINDs under root; two different values are an error."""
     out: dict[str, int] = {}
     for n in root.toposort():
         if n.op is Ops.BIND:
-            name, value = n.src[0].arg[0], n.src[1].arg
-            if out.setdefault(name, value) != value:
-                raise ValueError(f"Variable {name!r} is bound to both {out[name]} and {value} in one graph; "
-                                 "give each call a single value")  # fmt: skip
+            record_bind(out, n)
     return out

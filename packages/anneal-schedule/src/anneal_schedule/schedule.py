@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir import DType, GroupOp, Ops, UOp, dtypes, graph_rewrite
-from anneal_ir.sint import render_size, sint, variables
+from anneal_ir.sint import record_bind, render_size, sint, variables
 from anneal_schedule.opt import fusable_reductions
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
 from anneal_schedule.simplify import simplify_kernel
@@ -87,10 +87,7 @@ def normalize_bound(outputs: list[UOp]) -> tuple[UOp, list[Any], dict[str, int]]
             mapping[node] = UOp(Ops.BUFFER, node.dtype, (), Slot(len(buffers), size, node.dtype))
             buffers.append(node.arg)
         elif node.op is Ops.BIND:
-            name, value = node.src[0].arg[0], node.src[1].arg
-            if values.setdefault(name, value) != value:
-                raise ValueError(f"Variable {name!r} is bound to both {values[name]} and {value} in one graph; "
-                                 "give each call one value")  # fmt: skip
+            record_bind(values, node)
             mapping[node] = node.src[0]
     if not mapping:
         return sink, buffers, values

@@ -23,6 +23,7 @@ from typing import Any
 
 from anneal.realize import as_buffer, buffer_view, runner
 from anneal.tensor import Tensor
+from anneal_ir import Ops, UOp
 from anneal_ir.sint import bound_values
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.runner import Executed
@@ -109,11 +110,10 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
                 f"jit: arguments changed since capture: {cap.signature} -> {_signature(tensors)} "
                 "(shapes, dtypes and devices must stay the same; make a new jit for new shapes)"
             )
-        values: dict[str, int] = {}  # this call's Variable values, bound in the arguments' views
-        for t in tensors:
-            for name, v in bound_values(t.uop).items():
-                if values.setdefault(name, v) != v:
-                    raise JitError(f"jit: Variable {name!r} is bound to both {values[name]} and {v} in the arguments")
+        try:  # this call's Variable values, bound in the arguments' views
+            values = bound_values(UOp(Ops.SINK, src=tuple(t.uop for t in tensors)))
+        except ValueError as exc:
+            raise JitError(f"jit: {exc}") from None
         bufs: list[Buffer] = []
         for t in tensors:
             b = as_buffer(t.uop)
