@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from anneal_cpu.compiler import Compiler, StageRunner, find_compiler, pointers, var_values
+from anneal_cpu.compiler import Compiler, find_compiler, pointers, var_values
 from anneal_cpu.render import render
 from anneal_cpu.render_c import loop_iterations, render_c
+from anneal_cpu.runtime import Runtime, numpy_matmul
 from anneal_ir import DType, UOp
 from anneal_ir.settings import Settings
 from anneal_schedule.backend import Limits
@@ -21,6 +25,9 @@ def _idiv(a: Any, b: Any) -> Any:
     """Integer division truncating toward zero (C, WGSL), not numpy's floor."""
     q = np.floor_divide(a, b)
     return q + ((q < 0) & (q * b != a))
+
+
+Matmul = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _cast(x: Any, dtype: Any) -> Any:
@@ -82,30 +89,48 @@ def _view(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[i
     return np.ndarray(shape, buf.dtype, buf, offset * buf.itemsize, strides)
 
 
-def _contract(a: np.ndarray, sa: str, b: np.ndarray, sb: str, so: str) -> np.ndarray:
-    """einsum(f"{sa},{sb}->{so}", a, b) as one batched matmul (BLAS), which einsum is not always."""
-    for only, other in ((sa, sb), (sb, sa)):
-        lone = [c for c in only if c not in other and c not in so]  # summed by one side alone
-        if lone:
-            if only is sa:
-                a, sa = a.sum(axis=tuple(sa.index(c) for c in lone)), "".join(c for c in sa if c not in lone)
-            else:
-                b, sb = b.sum(axis=tuple(sb.index(c) for c in lone)), "".join(c for c in sb if c not in lone)
-    size = {c: a.shape[i] for i, c in enumerate(sa)} | {c: b.shape[i] for i, c in enumerate(sb)}
+@dataclass(frozen=True)
+class ContractionPlan:
+    """How einsum(f"{sa},{sb}->{so}") runs as one batched matmul: each operand's axis order and
+    (batch, rows, cols) shape, and the product's shape and axis order back to so."""
+
+    a_sum: tuple[int, ...]  # axes summed by a alone (before the matmul)
+    b_sum: tuple[int, ...]
+    a_order: tuple[int, ...]
+    b_order: tuple[int, ...]
+    a_shape: tuple[int, int, int]
+    b_shape: tuple[int, int, int]
+    out_shape: tuple[int, ...]
+    out_order: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def contraction_plan(sa: str, sb: str, so: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> ContractionPlan:
+    size = {c: a_shape[i] for i, c in enumerate(sa)} | {c: b_shape[i] for i, c in enumerate(sb)}
+    a_sum = tuple(i for i, c in enumerate(sa) if c not in sb and c not in so)  # summed by one side alone
+    b_sum = tuple(i for i, c in enumerate(sb) if c not in sa and c not in so)
+    sa, sb = "".join(c for c in sa if c in sb or c in so), "".join(c for c in sb if c in sa or c in so)
     batch = [c for c in so if c in sa and c in sb]
     m = [c for c in so if c in sa and c not in sb]
     n = [c for c in so if c in sb and c not in sa]
     k = [c for c in sa if c in sb and c not in so]
-    nb, nm, nn, nk = (int(np.prod([size[c] for c in group])) for group in (batch, m, n, k))
-    left = a.transpose([sa.index(c) for c in batch + m + k]).reshape(nb, nm, nk)
-    right = b.transpose([sb.index(c) for c in batch + k + n]).reshape(nb, nk, nn)
-    if nb == 1:  # 2-D matmul takes strided operands straight to BLAS
-        product = np.matmul(left[0], right[0])
-    else:  # stacked matmul reaches BLAS only for contiguous operands
-        product = np.matmul(np.ascontiguousarray(left), np.ascontiguousarray(right))
-    out = product.reshape([size[c] for c in batch + m + n])
+    nb, nm, nn, nk = (math.prod(size[c] for c in group) for group in (batch, m, n, k))
     order = batch + m + n
-    return out.transpose([order.index(c) for c in so])
+    return ContractionPlan(a_sum, b_sum, tuple(sa.index(c) for c in batch + m + k),
+                           tuple(sb.index(c) for c in batch + k + n), (nb, nm, nk), (nb, nk, nn),
+                           tuple(size[c] for c in order), tuple(order.index(c) for c in so))  # fmt: skip
+
+
+def _contract(a: np.ndarray, sa: str, b: np.ndarray, sb: str, so: str, matmul: Matmul = numpy_matmul) -> np.ndarray:
+    """einsum(f"{sa},{sb}->{so}", a, b) as one batched matmul (BLAS), which einsum is not always."""
+    plan = contraction_plan(sa, sb, so, a.shape, b.shape)
+    if plan.a_sum:
+        a = a.sum(axis=plan.a_sum)
+    if plan.b_sum:
+        b = b.sum(axis=plan.b_sum)
+    left = a.transpose(plan.a_order).reshape(plan.a_shape)
+    right = b.transpose(plan.b_order).reshape(plan.b_shape)
+    return matmul(left, right).reshape(plan.out_shape).transpose(plan.out_order)
 
 
 _NAMESPACE = {
@@ -146,7 +171,11 @@ class CPUBackend:
         command = find_compiler(settings.cpu_cc)
         self.compiler = Compiler(command, settings.cache_root()[0] / "cpu-kernels") if command else None
         self.c_min = settings.cpu_c_min
-        self.stage_runner = StageRunner(settings.cpu_threads or _usable_cores())
+        threads = settings.cpu_threads or _usable_cores()
+        self.runtime = Runtime(self.compiler, threads) if self.compiler is not None else None
+        # both renderers' contractions go one way (BLAS via the runtime's pool when there is one), so a
+        # product recomputed by another kernel is bit-identical to the first
+        self.contract = functools.partial(_contract, matmul=self.runtime.matmul if self.runtime else numpy_matmul)
 
     def allocate(self, size: int, dtype: DType) -> np.ndarray:
         return np.empty(max(size, 1), dtype=dtype.np)
@@ -158,7 +187,7 @@ class CPUBackend:
         return handle[:size].copy()
 
     def compile(self, name: str, ast: UOp) -> CPUProgram:
-        namespace = dict(_NAMESPACE)
+        namespace = dict(_NAMESPACE, _contract=self.contract)
         rendered = render_c(name, ast) if self.compiler is not None and loop_iterations(ast) >= self.c_min else None
         if rendered is not None and self.compiler is not None:
             glue, c_source, stages = rendered
@@ -168,7 +197,7 @@ class CPUBackend:
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
                 fn.restype = None
                 namespace[stage] = fn
-            namespace["_run"] = self.stage_runner
+            namespace["_run"] = self.runtime
             exec(compile(glue, f"<anneal kernel {name}>", "exec"), namespace)  # the rendered kernel is our own code
             return CPUProgram(name, f"{glue}\n/* C stages */\n{c_source}", namespace[name], compiled=True)
         source = render(name, ast)

@@ -14,9 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -51,19 +49,20 @@ class Compiler:
         self.command, self.cache_dir = command, cache_dir
         self.compiled = 0  # libraries built by this process (cache misses)
 
-    def load(self, source: str) -> ctypes.CDLL:
-        key = hashlib.sha256("\0".join((self.command, *FLAGS, source)).encode()).hexdigest()[:32]
+    def load(self, source: str, extra: tuple[str, ...] = ()) -> ctypes.CDLL:
+        flags = (*FLAGS, *extra)
+        key = hashlib.sha256("\0".join((self.command, *flags, source)).encode()).hexdigest()[:32]
         lib = self.cache_dir / f"{key}.so"
         if not lib.exists():
-            self.build(source, lib)
+            self.build(source, lib, flags)
         return ctypes.CDLL(str(lib))
 
-    def build(self, source: str, lib: Path) -> None:
+    def build(self, source: str, lib: Path, flags: tuple[str, ...] = FLAGS) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.cache_dir) as tmp:
             c_file, so_file = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
             c_file.write_text(source)
-            done = subprocess.run([self.command, *FLAGS, "-o", str(so_file), str(c_file), "-lm"],
+            done = subprocess.run([self.command, *flags, "-o", str(so_file), str(c_file), "-lm"],
                                   capture_output=True, text=True)  # fmt: skip
             if done.returncode != 0:
                 raise CompileError(f"{self.command} failed on a rendered kernel:\n{done.stderr}\n{source}")
@@ -93,28 +92,6 @@ def pointers(size: int, *arrays: np.ndarray) -> ctypes.Array:
     for i, a in enumerate(arrays):
         table[i] = address(a)
     return table
-
-
-class StageRunner:
-    """Calls a C stage, splitting its outermost loop over threads when the stage is big enough
-    (ctypes releases the GIL, so the threads run in parallel). Handing work to a thread costs tens of
-    microseconds: below ~2^20 loop iterations one thread was faster (nanogpt small: 74 ms/step with one
-    thread, 99 ms splitting stages from 2^16 iterations on, 2 cores)."""
-
-    def __init__(self, threads: int, min_work: int = 1 << 20):
-        self.threads, self.min_work = max(1, threads), min_work
-        self.pool = ThreadPoolExecutor(self.threads - 1, "anneal-cpu") if self.threads > 1 else None
-
-    def __call__(self, stage: Any, table: Any, values: Any, outer: int, work: int) -> None:
-        parts = min(self.threads, outer)
-        if self.pool is None or parts < 2 or work < self.min_work:
-            stage(table, values, 0, outer)
-            return
-        bounds = [outer * i // parts for i in range(parts + 1)]
-        futures = [self.pool.submit(stage, table, values, bounds[i], bounds[i + 1]) for i in range(1, parts)]
-        stage(table, values, bounds[0], bounds[1])
-        for f in futures:
-            f.result()
 
 
 def var_values(values: dict[str, int], names: tuple[str, ...]) -> ctypes.Array:

@@ -27,7 +27,7 @@ import numpy as np
 
 from anneal_cpu.render import affine, by_blas, prepare, size_expr, tuple_expr
 from anneal_ir import DType, Ops, UOp, dtypes
-from anneal_ir.sint import sint, size_code, sprod, variables
+from anneal_ir.sint import sadd, sint, size_code, sprod, variables
 from anneal_schedule.blocks import Block
 
 _CTYPE = {
@@ -254,14 +254,18 @@ class CRenderer:
         """Render the stage and call it with the kernel's pointer table (buffers, then temps by slot)."""
         self.render_stage(stage)
         outer = size_expr(self.ends[stage.axes[0]]) if stage.axes else "1"  # Python: the glue
-        work = size_expr(sprod([*(self.ends[r] for r in stage.axes), *self.inner_iterations(stage.value)]))
+        work = size_expr(sprod([*(self.ends[r] for r in stage.axes), self.inner_iterations(stage.value)]))
         self.glue.append(f"_run({stage.name}, P, v, {outer}, {work})")
         self.stages.append(stage)
 
-    def inner_iterations(self, value: UOp) -> list[sint]:
-        """The extents of the reduction loops a stage runs (for its work estimate)."""
-        return [self.ends[r] for n in self.walk(value) if n.op is Ops.REDUCE and n not in self.temps
-                for r in n.src[1:]]  # fmt: skip
+    def inner_iterations(self, value: UOp) -> sint:
+        """Loop iterations per point of the stage's own loops (its work estimate): one, plus each
+        reduction's extent; a stage with several reductions runs their loops one after another."""
+        total: sint = 1
+        for n in self.walk(value):
+            if n.op is Ops.REDUCE and n not in self.temps:
+                total = sadd(total, sprod([self.ends[r] for r in n.src[1:]]))
+        return total
 
     def temp_slot(self, name: str) -> int:
         """Where a temp's address goes in the pointer table: after the buffers, in creation order."""

@@ -1,0 +1,41 @@
+/* The cpu backend's one thread pool (OpenMP): it splits the C stages' outer loops and the BLAS
+   calls of contractions, so the stages and BLAS never run two pools that spin against each other
+   on few cores. compiler.Runtime loads it; built once by the system compiler and cached. */
+#include <stdint.h>
+
+typedef void (*stage_fn)(void**, const int64_t*, int64_t, int64_t);
+
+/* stage(p, v, lo, hi) over [0, outer) in `parts` contiguous pieces, one per thread */
+void anneal_parallel(stage_fn stage, void** p, const int64_t* v, int64_t outer, int64_t parts) {
+  #pragma omp parallel for num_threads(parts) schedule(static, 1)
+  for (int64_t i = 0; i < parts; i++) stage(p, v, outer * i / parts, outer * (i + 1) / parts);
+}
+
+/* cblas_sgemm with 64-bit or 32-bit integers (OpenBLAS built with or without INTERFACE64) */
+typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                           const float*, int64_t, float, float*, int64_t);
+typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float*, int32_t,
+                           const float*, int32_t, float, float*, int32_t);
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+/* c[i] = a[i] @ b[i] for i < batch: a[i] is m x k (row stride lda, or its transpose when ta), b[i]
+   k x n likewise, c contiguous (batch, m, n). The work is batch x split pieces, split cutting m. */
+void anneal_gemm(void* sgemm, int ilp64, int64_t batch, int64_t m, int64_t n, int64_t k,
+                 const float* a, int64_t a_batch, int ta, int64_t lda,
+                 const float* b, int64_t b_batch, int tb, int64_t ldb,
+                 float* c, int64_t split, int64_t threads) {
+  #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t t = 0; t < batch * split; t++) {
+    int64_t i = t / split, part = t % split;
+    int64_t lo = m * part / split, hi = m * (part + 1) / split;
+    const float* ap = a + i * a_batch + (ta ? lo : lo * lda);
+    const float* bp = b + i * b_batch;
+    float* cp = c + (i * m + lo) * n;
+    int opa = ta ? TRANS : NO_TRANS, opb = tb ? TRANS : NO_TRANS;
+    if (ilp64)
+      ((sgemm64_fn)sgemm)(ROW_MAJOR, opa, opb, hi - lo, n, k, 1.0f, ap, lda, bp, ldb, 0.0f, cp, n);
+    else
+      ((sgemm32_fn)sgemm)(ROW_MAJOR, opa, opb, (int32_t)(hi - lo), (int32_t)n, (int32_t)k, 1.0f, ap,
+                          (int32_t)lda, bp, (int32_t)ldb, 0.0f, cp, (int32_t)n);
+  }
+}
