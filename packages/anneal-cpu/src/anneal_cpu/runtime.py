@@ -36,7 +36,7 @@ class Runtime:
         self.parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         self.parallel.restype = None
         self.gemm = self.lib.anneal_gemm
-        operand: list[Any] = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64]  # data, batch stride, trans, ld
+        operand: list[Any] = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64]  # data, stride, trans, ld
         self.gemm.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_int64] * 4, *operand, *operand,
                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]  # fmt: skip
         self.gemm.restype = None
