@@ -11,8 +11,10 @@ with --train the full training run's val loss (target for small: <= 1.88, nanoGP
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,19 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "annea
 from torch_reference import torch_nanogpt  # noqa: E402 - the tests' nanoGPT oracle
 
 
-def anneal_steps(config: dict, device: str, steps: int) -> tuple[float, float, object]:
+def anneal_stepper(config: dict, device: str) -> tuple[float, Callable[[int], float], object]:
+    """The anneal trainer after its first step (trace, schedule, compile: timed) and the jit's capture."""
     trainer = nanogpt.build(config, device)
     t0 = time.perf_counter()
     trainer.step(0)
     first = time.perf_counter() - t0
     trainer.step(1)  # the jit's capture
-    t0 = time.perf_counter()
-    for i in range(2, 2 + steps):
-        trainer.step(i)
-    return first, (time.perf_counter() - t0) / steps, trainer
+    return first, trainer.step, trainer
 
 
-def torch_steps(config: dict, device: str, steps: int, vocab: int) -> float:
+def torch_stepper(config: dict, device: str, steps: int, vocab: int) -> Callable[[int], float]:
     net = torch_nanogpt(config, vocab).to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=config["lr"], betas=(config["beta1"], config["beta2"]),
                             weight_decay=config["weight_decay"])  # fmt: skip
@@ -44,7 +44,7 @@ def torch_steps(config: dict, device: str, steps: int, vocab: int) -> float:
     data = rng.integers(0, vocab, (steps + 2, config["batch"], config["block"] + 1))
 
     def step(i: int) -> float:
-        batch = torch.tensor(data[i], device=device)
+        batch = torch.tensor(data[i % len(data)], device=device)
         x, y = batch[:, :-1], batch[:, 1:]
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x).reshape(-1, vocab), y.reshape(-1))
@@ -55,10 +55,24 @@ def torch_steps(config: dict, device: str, steps: int, vocab: int) -> float:
 
     step(0)
     step(1)
-    t0 = time.perf_counter()
-    for i in range(2, 2 + steps):
-        step(i)
-    return (time.perf_counter() - t0) / steps
+    return step
+
+
+def interleaved(
+    a: Callable[[int], float], b: Callable[[int], float], steps: int, rounds: int
+) -> list[tuple[float, float]]:
+    """Seconds per step of a and of b, measured in alternating rounds of `steps` steps each, so a machine
+    whose speed drifts (shared cores) slows both alike."""
+    out = []
+    for r in range(rounds):
+        per = []
+        for fn in (a, b):
+            t0 = time.perf_counter()
+            for i in range(2 + r * steps, 2 + (r + 1) * steps):
+                fn(i)
+            per.append((time.perf_counter() - t0) / steps)
+        out.append((per[0], per[1]))
+    return out
 
 
 def main() -> None:
@@ -66,7 +80,8 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--torch-device", default="cpu")
     p.add_argument("--preset", default="small", choices=["tiny", "small", "full"])
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=10, help="steps per round")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (anneal, then torch)")
     p.add_argument("--train", action="store_true", help="run the preset's whole training and report val loss")
     args = p.parse_args()
     config = {**nanogpt.DEFAULTS, **nanogpt.PRESETS[args.preset]}
@@ -80,12 +95,16 @@ def main() -> None:
         print(f"val loss {trainer.evaluate():.4f} after {config['steps']} steps, {time.perf_counter() - t0:.1f} s")
         print(trainer.finish())
         return
-    first, per_step, trainer = anneal_steps(config, args.device, args.steps)
+    first, anneal_step, trainer = anneal_stepper(config, args.device)
     vocab = trainer.vocab_size if hasattr(trainer, "vocab_size") else 65
-    tt = torch_steps(config, args.torch_device, args.steps, vocab)
+    torch_step = torch_stepper(config, args.torch_device, args.steps * args.rounds, vocab)
+    rounds = interleaved(anneal_step, torch_step, args.steps, args.rounds)
+    ours, theirs = (statistics.median(r[i] for r in rounds) for i in (0, 1))
+    ratios = sorted(a / b for a, b in rounds)
     print(f"nanogpt {args.preset} (batch {config['batch']}, block {config['block']}): anneal on {args.device}: first "
-          f"step {first:.2f} s, {per_step * 1e3:.1f} ms/step | torch on {args.torch_device}: {tt * 1e3:.1f} ms/step | "
-          f"ratio {per_step / tt:.2f}x")  # fmt: skip
+          f"step {first:.2f} s, {ours * 1e3:.1f} ms/step | torch on {args.torch_device}: {theirs * 1e3:.1f} ms/step | "
+          f"ratio {statistics.median(ratios):.2f}x (median of {args.rounds} alternating rounds of {args.steps} steps; "
+          f"rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -106,9 +106,15 @@ def test_programs_are_cached_by_content(runner: Runner) -> None:
     ],
 )
 def test_contract_matches_einsum(sa: str, sb: str, so: str) -> None:
-    from anneal_cpu.backend import _contract
+    """Both ways: numpy's matmul (no compiler) and BLAS in place through the runtime."""
+    from anneal_cpu.backend import CPUBackend
+    from anneal_cpu.contract import numpy_contract
 
+    runtime = CPUBackend().runtime
+    assert runtime is not None
     sizes = dict(zip("abcijkl", (2, 3, 4, 5, 6, 7, 3)))
     a = rng.standard_normal([sizes[c] for c in sa]).astype(np.float32)
     b = rng.standard_normal([sizes[c] for c in sb]).astype(np.float32)
-    np.testing.assert_allclose(_contract(a, sa, b, sb, so), np.einsum(f"{sa},{sb}->{so}", a, b), rtol=1e-5, atol=1e-5)
+    want = np.einsum(f"{sa},{sb}->{so}", a, b)
+    for contract in (numpy_contract, runtime.contract):
+        np.testing.assert_allclose(contract(a, sa, b, sb, so), want, rtol=1e-5, atol=1e-5)

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anneal_cpu.backend import CPUBackend, _contract
-from anneal_cpu.runtime import Runtime, blas_operand
+from anneal_cpu.backend import CPUBackend
+from anneal_cpu.contract import gemm_plan, merged
+from anneal_cpu.runtime import Runtime
 from anneal_ir.settings import Settings
 
 rng = np.random.default_rng(7)
@@ -68,25 +69,54 @@ def test_other_dtypes_go_to_numpy(runtime: Runtime) -> None:
     np.testing.assert_array_equal(runtime.matmul(ia, ib), np.matmul(ia, ib))
 
 
-def test_blas_operand_reads_strides() -> None:
-    x = np.zeros((4, 6, 8), np.float32)
-    assert blas_operand(x) == (48, 0, 8)
-    assert blas_operand(x.transpose(0, 2, 1)) == (48, 1, 8)  # (4, 8, 6) with unit row stride
-    assert blas_operand(x[:1]) == (0, 0, 8)
-    assert blas_operand(x[:, :, ::2]) is None
-    assert blas_operand(x[:, ::-1]) is None
-    assert blas_operand(np.broadcast_to(x[:, :1], x.shape)) is None  # rows all the same: overlapping
-    assert blas_operand(np.broadcast_to(x[:, :, :1], x.shape)) is None  # each row one value repeated
+def test_axes_merge_when_evenly_spaced() -> None:
+    size = {"a": 4, "b": 6, "c": 1}
+    assert merged(("a", "b"), size, {"a": 6, "b": 1, "c": 99}) == (24, 1)
+    assert merged(("a", "c", "b"), size, {"a": 12, "b": 2, "c": 99}) == (24, 2)  # size 1: any stride
+    assert merged(("a", "b"), size, {"a": 7, "b": 1}) is None
+    assert merged((), size, {}) == (1, 0)
 
 
-def test_contractions_of_the_backend_use_the_runtime(tmp_path: Path) -> None:
-    """einsum strings through _contract with the runtime's matmul: the same as numpy's einsum."""
+def test_gemm_plans_read_operands_in_place() -> None:
+    """Attention's q @ k^T with heads interleaved in one (batch, seq, 3*dim) buffer, and a weight gradient
+    whose rows do not merge: batched matrices at offsets, nothing copied."""
+    b, h, t, d = 2, 3, 5, 4
+    qkv = (t * 3 * h * d, d, 3 * h * d, 1)  # element strides of (b, h, t, d) inside (b, t, 3, h, d)
+    plan = gemm_plan("abce", "abde", "abcd", (b, h, t, d), qkv, (b, h, t, d), qkv)
+    assert plan.a_copy is None and plan.b_copy is None and len(plan.offsets) == b * h
+    assert (plan.m, plan.n, plan.k, plan.ta, plan.tb) == (t, t, d, 0, 1)
+    plan = gemm_plan("adb", "cd", "abc", (12, 384, 64), (384 * 64, 64, 1), (128, 384), (1, 128))
+    assert plan.a_copy is None and len(plan.offsets) == 12 and plan.ta == 1  # rows (a, b) split: a is a batch
+    strided = gemm_plan("ab", "bc", "ac", (4, 6), (12, 2), (6, 3), (3, 1))  # no unit stride in a: copied
+    assert strided.a_copy == (0, 1) and strided.b_copy is None
+
+
+CONTRACTIONS = [
+    ("adb", (12, 384, 64), "cd", (128, 384), "abc"),
+    ("adb", (12, 384, 64), "cd", (128, 384), "cab"),
+    ("abc", (12, 384, 64), "ce", (64, 5), "ae"),  # b summed by a alone
+    ("abce", (2, 3, 5, 4), "abde", (2, 3, 6, 4), "abcd"),
+    ("abce", (2, 3, 5, 4), "abde", (2, 3, 6, 4), "acbd"),  # the product's axes interleaved
+    ("cda", (12, 64, 512), "cdb", (12, 64, 128), "ab"),
+    ("ab", (7, 9), "bc", (9, 1), "ca"),
+]
+
+
+@pytest.mark.parametrize("case", CONTRACTIONS, ids=lambda c: f"{c[0]},{c[2]}->{c[4]}")
+def test_contractions_match_einsum(runtime: Runtime, case: tuple) -> None:
+    """Through the runtime, from contiguous operands and from views with interleaved axes (as the
+    kernels' glue passes them): the same as numpy's einsum in float64."""
+    sa, shape_a, sb, shape_b, so = case
+    for transposed in (False, True):
+        a = rng.standard_normal(shape_a).astype(np.float32)
+        b = rng.standard_normal(shape_b).astype(np.float32)
+        if transposed:  # the same values, stored with the axes reversed
+            a = np.ascontiguousarray(a.T).T
+            b = np.ascontiguousarray(b.T).T
+        want = np.einsum(f"{sa},{sb}->{so}", a.astype(np.float64), b.astype(np.float64))
+        np.testing.assert_allclose(runtime.contract(a, sa, b, sb, so), want, rtol=1e-4, atol=1e-3)
+
+
+def test_the_backend_contracts_through_the_runtime(tmp_path: Path) -> None:
     backend = CPUBackend(Settings(cpu_threads=2, cache_dir=str(tmp_path)))
-    assert backend.runtime is not None
-    a = rng.standard_normal((12, 384, 64)).astype(np.float32)
-    b = rng.standard_normal((128, 384)).astype(np.float32)
-    for sa, sb, so in (("adb", "cd", "abc"), ("adb", "cd", "cab"), ("abc", "ce", "ae")):
-        bb = b if sb == "cd" else rng.standard_normal((64, 5)).astype(np.float32)
-        want = np.einsum(f"{sa},{sb}->{so}", a.astype(np.float64), bb.astype(np.float64))
-        got = _contract(a, sa, bb, sb, so, backend.runtime.matmul)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert backend.runtime is not None and backend.contract == backend.runtime.contract

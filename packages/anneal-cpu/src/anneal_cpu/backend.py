@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import ctypes
-import functools
-import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from anneal_cpu.compiler import Compiler, find_compiler, pointers, var_values
+from anneal_cpu.contract import numpy_contract
 from anneal_cpu.render import render
 from anneal_cpu.render_c import loop_iterations, render_c
-from anneal_cpu.runtime import Runtime, numpy_matmul
+from anneal_cpu.runtime import Runtime
 from anneal_ir import DType, UOp
 from anneal_ir.settings import Settings
 from anneal_schedule.backend import Limits
@@ -25,9 +23,6 @@ def _idiv(a: Any, b: Any) -> Any:
     """Integer division truncating toward zero (C, WGSL), not numpy's floor."""
     q = np.floor_divide(a, b)
     return q + ((q < 0) & (q * b != a))
-
-
-Matmul = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _cast(x: Any, dtype: Any) -> Any:
@@ -89,56 +84,11 @@ def _view(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[i
     return np.ndarray(shape, buf.dtype, buf, offset * buf.itemsize, strides)
 
 
-@dataclass(frozen=True)
-class ContractionPlan:
-    """How einsum(f"{sa},{sb}->{so}") runs as one batched matmul: each operand's axis order and
-    (batch, rows, cols) shape, and the product's shape and axis order back to so."""
-
-    a_sum: tuple[int, ...]  # axes summed by a alone (before the matmul)
-    b_sum: tuple[int, ...]
-    a_order: tuple[int, ...]
-    b_order: tuple[int, ...]
-    a_shape: tuple[int, int, int]
-    b_shape: tuple[int, int, int]
-    out_shape: tuple[int, ...]
-    out_order: tuple[int, ...]
-
-
-@functools.lru_cache(maxsize=4096)
-def contraction_plan(sa: str, sb: str, so: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> ContractionPlan:
-    size = {c: a_shape[i] for i, c in enumerate(sa)} | {c: b_shape[i] for i, c in enumerate(sb)}
-    a_sum = tuple(i for i, c in enumerate(sa) if c not in sb and c not in so)  # summed by one side alone
-    b_sum = tuple(i for i, c in enumerate(sb) if c not in sa and c not in so)
-    sa, sb = "".join(c for c in sa if c in sb or c in so), "".join(c for c in sb if c in sa or c in so)
-    batch = [c for c in so if c in sa and c in sb]
-    m = [c for c in so if c in sa and c not in sb]
-    n = [c for c in so if c in sb and c not in sa]
-    k = [c for c in sa if c in sb and c not in so]
-    nb, nm, nn, nk = (math.prod(size[c] for c in group) for group in (batch, m, n, k))
-    order = batch + m + n
-    return ContractionPlan(a_sum, b_sum, tuple(sa.index(c) for c in batch + m + k),
-                           tuple(sb.index(c) for c in batch + k + n), (nb, nm, nk), (nb, nk, nn),
-                           tuple(size[c] for c in order), tuple(order.index(c) for c in so))  # fmt: skip
-
-
-def _contract(a: np.ndarray, sa: str, b: np.ndarray, sb: str, so: str, matmul: Matmul = numpy_matmul) -> np.ndarray:
-    """einsum(f"{sa},{sb}->{so}", a, b) as one batched matmul (BLAS), which einsum is not always."""
-    plan = contraction_plan(sa, sb, so, a.shape, b.shape)
-    if plan.a_sum:
-        a = a.sum(axis=plan.a_sum)
-    if plan.b_sum:
-        b = b.sum(axis=plan.b_sum)
-    left = a.transpose(plan.a_order).reshape(plan.a_shape)
-    right = b.transpose(plan.b_order).reshape(plan.b_shape)
-    return matmul(left, right).reshape(plan.out_shape).transpose(plan.out_order)
-
-
 _NAMESPACE = {
     "np": np,
     "_idiv": _idiv,
     "_cast": _cast,
     "_view": _view,
-    "_contract": _contract,
     "_bf16_to_f32": _bf16_to_f32,
     "_f32_to_bf16": _f32_to_bf16,
     "_round_bf16": _round_bf16,
@@ -175,7 +125,7 @@ class CPUBackend:
         self.runtime = Runtime(self.compiler, threads) if self.compiler is not None else None
         # both renderers' contractions go one way (BLAS via the runtime's pool when there is one), so a
         # product recomputed by another kernel is bit-identical to the first
-        self.contract = functools.partial(_contract, matmul=self.runtime.matmul if self.runtime else numpy_matmul)
+        self.contract = self.runtime.contract if self.runtime else numpy_contract
 
     def allocate(self, size: int, dtype: DType) -> np.ndarray:
         return np.empty(max(size, 1), dtype=dtype.np)

@@ -18,24 +18,25 @@ typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, cons
                            const float*, int32_t, float, float*, int32_t);
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-/* c[i] = a[i] @ b[i] for i < batch: a[i] is m x k (row stride lda, or its transpose when ta), b[i]
-   k x n likewise, c contiguous (batch, m, n). The work is batch x split pieces, split cutting m. */
-void anneal_gemm(void* sgemm, int ilp64, int64_t batch, int64_t m, int64_t n, int64_t k,
-                 const float* a, int64_t a_batch, int ta, int64_t lda,
-                 const float* b, int64_t b_batch, int tb, int64_t ldb,
-                 float* c, int64_t split, int64_t threads) {
+/* count matrix products: c + offsets[3i+2] = op(a + offsets[3i]) @ op(b + offsets[3i+1]), each m x k times
+   k x n (op transposes a matrix stored k x m when ta, likewise tb), c rows ldc apart. The work is
+   count x split pieces, split cutting the m rows. */
+void anneal_gemm(void* sgemm, int ilp64, int64_t count, const int64_t* offsets, int64_t m, int64_t n, int64_t k,
+                 const float* a, int ta, int64_t lda, const float* b, int tb, int64_t ldb, float* c, int64_t ldc,
+                 int64_t split, int64_t threads) {
   #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int64_t t = 0; t < batch * split; t++) {
+  for (int64_t t = 0; t < count * split; t++) {
     int64_t i = t / split, part = t % split;
     int64_t lo = m * part / split, hi = m * (part + 1) / split;
-    const float* ap = a + i * a_batch + (ta ? lo : lo * lda);
-    const float* bp = b + i * b_batch;
-    float* cp = c + (i * m + lo) * n;
+    const float* ap = a + offsets[3 * i] + (ta ? lo : lo * lda);
+    const float* bp = b + offsets[3 * i + 1];
+    float* cp = c + offsets[3 * i + 2] + lo * ldc;
     int opa = ta ? TRANS : NO_TRANS, opb = tb ? TRANS : NO_TRANS;
+    if (hi == lo) continue;
     if (ilp64)
-      ((sgemm64_fn)sgemm)(ROW_MAJOR, opa, opb, hi - lo, n, k, 1.0f, ap, lda, bp, ldb, 0.0f, cp, n);
+      ((sgemm64_fn)sgemm)(ROW_MAJOR, opa, opb, hi - lo, n, k, 1.0f, ap, lda, bp, ldb, 0.0f, cp, ldc);
     else
       ((sgemm32_fn)sgemm)(ROW_MAJOR, opa, opb, (int32_t)(hi - lo), (int32_t)n, (int32_t)k, 1.0f, ap,
-                          (int32_t)lda, bp, (int32_t)ldb, 0.0f, cp, (int32_t)n);
+                          (int32_t)lda, bp, (int32_t)ldb, 0.0f, cp, (int32_t)ldc);
   }
 }

@@ -8,12 +8,14 @@ other (nanogpt small on 2 cores: several times slower than either alone).
 from __future__ import annotations
 
 import ctypes
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from anneal_cpu.compiler import CompileError, Compiler
+from anneal_cpu.contract import einsum_axes, gemm_plan, numpy_contract, summed
 
 RUNTIME_SOURCE = (Path(__file__).parent / "runtime.c").read_text()
 
@@ -36,9 +38,9 @@ class Runtime:
         self.parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         self.parallel.restype = None
         self.gemm = self.lib.anneal_gemm
-        operand: list[Any] = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64]  # data, stride, trans, ld
-        self.gemm.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_int64] * 4, *operand, *operand,
-                              ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]  # fmt: skip
+        operand: list[Any] = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]  # data, transposed, leading dimension
+        self.gemm.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, *[ctypes.c_int64] * 3,
+                              *operand, *operand, ctypes.c_void_p, *[ctypes.c_int64] * 3]  # fmt: skip
         self.gemm.restype = None
         self.addresses: dict[int, tuple[Any, int]] = {}  # id(stage function) -> (it, its address)
         self.blas = numpy_blas(single_threaded=self.threads > 1)
@@ -57,55 +59,45 @@ class Runtime:
         self.parallel(found[1], table, values, outer, parts)
 
     # ---- contractions ----
+    def contract(self, a: np.ndarray, sa: str, b: np.ndarray, sb: str, so: str) -> np.ndarray:
+        """einsum(f"{sa},{sb}->{so}", a, b) for float32 through cblas_sgemm on the pool, reading both
+        operands in place (contract.gemm_plan); other dtypes, or no BLAS found, by numpy."""
+        if self.blas is None or a.dtype != np.float32 or b.dtype != np.float32:
+            return numpy_contract(a, sa, b, sb, so)
+        axes = einsum_axes(sa, sb, so)
+        a, b = summed(a, b, axes)
+        plan = gemm_plan(axes.sa, axes.sb, so, a.shape, elements(a.strides), b.shape, elements(b.strides))
+        if not self.blas.fits(max(a.size, b.size, math.prod(plan.out_shape))):
+            return numpy_contract(a, axes.sa, b, axes.sb, so)
+        if math.prod(plan.out_shape) == 0 or plan.k == 0:  # nothing to compute, or sums of nothing
+            return np.zeros(plan.out_shape, np.float32).transpose(plan.out_order)
+        if plan.a_copy is not None:
+            a = np.ascontiguousarray(a.transpose(plan.a_copy))
+        if plan.b_copy is not None:
+            b = np.ascontiguousarray(b.transpose(plan.b_copy))
+        out = np.empty(plan.out_shape, np.float32)
+        count = len(plan.offsets)
+        threads = self.threads if count * plan.m * plan.n * plan.k >= self.min_flops else 1
+        split = threads if count < threads else 1  # enough matrices: whole ones per thread; else cut rows
+        self.gemm(self.blas.sgemm, self.blas.ilp64, count, plan.offsets.ctypes.data, plan.m, plan.n, plan.k,
+                  a.ctypes.data, plan.ta, plan.lda, b.ctypes.data, plan.tb, plan.ldb, out.ctypes.data, plan.ldc,
+                  split, threads)  # fmt: skip
+        return out.transpose(plan.out_order)
+
     def matmul(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """left (batch, m, k) @ right (batch, k, n), each a strided view: through cblas_sgemm without a
-        copy when each matrix has a unit stride (or is its transpose), else np.matmul."""
-        if self.blas is None or left.dtype != np.float32 or right.dtype != np.float32:
-            return numpy_matmul(left, right)
-        batch, m, k = left.shape
-        n = right.shape[2]
-        if not self.blas.fits(max(batch * m * n, m * k, k * n)):
-            return numpy_matmul(left, right)
-        if batch * m * n * k == 0:  # nothing to read: an empty product, or sums of nothing (zeros)
-            return np.zeros((batch, m, n), np.float32)
-        out = np.empty((batch, m, n), np.float32)
-        if (a := blas_operand(left)) is None:
-            left = np.ascontiguousarray(left)
-            a = blas_operand(left)
-        if (b := blas_operand(right)) is None:
-            right = np.ascontiguousarray(right)
-            b = blas_operand(right)
-        assert a is not None and b is not None
-        threads = self.threads if batch * m * n * k >= self.min_flops else 1
-        split = threads if batch < threads else 1  # enough matrices: one per piece; else cut rows
-        self.gemm(self.blas.sgemm, self.blas.ilp64, batch, m, n, k, left.ctypes.data, *a, right.ctypes.data, *b,
-                  out.ctypes.data, split, threads)  # fmt: skip
-        return out
+        """left (batch, m, k) @ right (batch, k, n)."""
+        return self.contract(left, "zmk", right, "zkn", "zmn")
 
     def _blas_agrees(self) -> bool:
-        """The found sgemm, called as matmul calls it, gives numpy's product (else it is not used)."""
+        """The found sgemm, called as contract calls it, gives numpy's product (else it is not used)."""
         rng = np.random.default_rng(0)
         a, b = rng.standard_normal((2, 5, 7), np.float32), rng.standard_normal((2, 3, 7), np.float32)
         got = self.matmul(a, b.transpose(0, 2, 1))
         return bool(np.allclose(got, np.matmul(a, b.transpose(0, 2, 1)), rtol=1e-5, atol=1e-5))
 
 
-def blas_operand(x: np.ndarray) -> tuple[int, int, int] | None:
-    """(batch stride, transposed, leading dimension) in elements of a (batch, rows, cols) float32 view:
-    row-major rows of unit stride, or the transpose of such a matrix. None when BLAS cannot read it
-    (no unit stride, overlapping or reversed rows): it is copied first."""
-    batch, rows, cols = x.shape
-    sb, sr, sc = (s // x.itemsize for s in x.strides)
-    sb = sb if batch > 1 else 0  # the stride of an axis of size 1 is never used
-    if sb < 0:
-        return None
-    if cols == 1 or sc == 1:
-        if rows == 1 or sr >= cols:
-            return sb, 0, max(sr if rows > 1 else cols, 1)
-    if rows == 1 or sr == 1:
-        if cols == 1 or sc >= rows:
-            return sb, 1, max(sc if cols > 1 else rows, 1)
-    return None
+def elements(strides: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s // 4 for s in strides)  # float32
 
 
 class Blas:
@@ -143,11 +135,3 @@ def numpy_blas(single_threaded: bool) -> Blas | None:
                 set_threads(ctypes.c_int(1))
             return Blas(ctypes.cast(sgemm, ctypes.c_void_p).value or 0, ilp64)
     return None
-
-
-def numpy_matmul(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """left (batch, m, k) @ right (batch, k, n) by np.matmul, which reaches BLAS for a strided 2-D pair
-    but only for contiguous stacks."""
-    if left.shape[0] == 1:
-        return np.matmul(left[0], right[0])[None]
-    return np.matmul(np.ascontiguousarray(left), np.ascontiguousarray(right))
