@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from anneal import registry
+from anneal.data.testing import shared_data_dir
 from anneal_cli.main import AnnealGroup, build_cli
 from anneal_ir.plugins import Availability, Plugins, hookimpl, load_plugins
 from anneal_ir.settings import Settings
@@ -81,3 +84,13 @@ def adapter() -> object:
     from anneal_wgpu.testing import require_adapter
 
     return require_adapter(pytest.fail, pytest.skip)
+
+
+@pytest.fixture()
+def offline_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned tinyshakespeare in a private cache, used offline (the real fetch verifies it)."""
+    cache = tmp_path / "cache"
+    (cache / "data" / "tinyshakespeare").mkdir(parents=True)
+    shutil.copy(shared_data_dir(__file__) / "tinyshakespeare" / "input.txt", cache / "data" / "tinyshakespeare")
+    monkeypatch.setenv("ANNEAL_CACHE_DIR", str(cache))
+    monkeypatch.setenv("ANNEAL_OFFLINE", "1")

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
-from anneal.data.testing import shared_data_dir
 from anneal_cli.main import AnnealGroup
-
-
-@pytest.fixture()
-def offline_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pinned tinyshakespeare in a private cache, used offline (the real fetch verifies it)."""
-    cache = tmp_path / "cache"
-    (cache / "data" / "tinyshakespeare").mkdir(parents=True)
-    shutil.copy(shared_data_dir(__file__) / "tinyshakespeare" / "input.txt", cache / "data" / "tinyshakespeare")
-    monkeypatch.setenv("ANNEAL_CACHE_DIR", str(cache))
-    monkeypatch.setenv("ANNEAL_OFFLINE", "1")
 
 
 def test_sample_from_a_trained_run(cli: AnnealGroup, runner: CliRunner, tmp_path: Path, offline_data: None) -> None:

@@ -72,6 +72,7 @@ def test_resume_continues_exactly(cli: AnnealGroup, runner: CliRunner, tmp_path:
         ln.split(",")[:2] for ln in a.read_text().splitlines()
     ]
     assert json.loads((part / "config.json").read_text())["config"]["steps"] == 12
+    assert (part / "summary.txt").read_text() == (tmp_path / "a" / "summary.txt").read_text()  # the whole run's
     # a finished run has nothing left to do; --out elsewhere branches it into a new folder
     done = runner.invoke(cli, ["train", "mlp", "--device", "cpu", "--resume", str(part), "--plain"])
     assert done.exit_code == 0 and "already at step 12 of 12" in done.output
@@ -81,6 +82,22 @@ def test_resume_continues_exactly(cli: AnnealGroup, runner: CliRunner, tmp_path:
     assert [r["step"] for r in more] == [13, 14]
     assert len((branch / "loss.csv").read_text().splitlines()) == 1 + 14
     assert runs.load_checkpoint(part / "checkpoint.safetensors")[1]["anneal.step"] == "12"  # untouched
+
+
+def test_a_resumed_run_summarizes_the_whole_run(
+    cli: AnnealGroup, runner: CliRunner, tmp_path: Path, offline_data: None
+) -> None:
+    """The end-of-run summary (first train loss, val loss by step) is the same whether or not the run
+    was resumed halfway: it reads the earlier steps from loss.csv."""
+    args = ["train", "nanogpt", "--preset", "tiny", "--device", "cpu", "--eval-every", "2", "--plain"]
+    whole = runner.invoke(cli, [*args, "--steps", "6", "--out", str(tmp_path / "a")])
+    part = tmp_path / "b"
+    first = runner.invoke(cli, [*args, "--steps", "4", "--out", str(part)])
+    rest = runner.invoke(cli, ["train", "nanogpt", "--device", "cpu", "--resume", str(part), "--steps", "6", "--plain"])
+    assert whole.exit_code == first.exit_code == rest.exit_code == 0, rest.output
+    summary = (part / "summary.txt").read_text()
+    assert summary == (tmp_path / "a" / "summary.txt").read_text()
+    assert "val loss by step: 2: " in summary
 
 
 @pytest.fixture(scope="module")

@@ -221,6 +221,11 @@ def load_checkpoint(trainer: Any, saved: SavedRun) -> None:
     except Exception as exc:  # missing/unexpected keys, shape mismatches: the checkpoint is of another model
         ckpt = saved.path / "checkpoint.safetensors"
         raise CommandError(f"checkpoint {ckpt} does not fit this {saved.model} model: {one_line(exc)}") from None
+    # the summary at the end covers the whole run, not only its resumed part
+    if saved.history and getattr(trainer, "first_loss", None) is None and hasattr(trainer, "first_loss"):
+        trainer.first_loss = saved.history[0].loss
+    if isinstance(getattr(trainer, "val_history", None), list):
+        trainer.val_history = [(r.step, r.val) for r in saved.history if r.val is not None]
 
 
 def checkpoint(trainer: Any, folder: RunFolder | None, step: int) -> None:
