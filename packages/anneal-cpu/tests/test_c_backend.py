@@ -220,7 +220,7 @@ def test_c_and_numpy_paths_agree_bit_for_bit_on_float32_math(c_runner: Runner, t
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_stages_split_over_threads_give_the_same_result(tmp_path: Path, threads: int) -> None:
     r = Runner("cpu", CPUBackend(Settings(cpu_c_min=0, cpu_threads=threads, cache_dir=str(tmp_path))))
-    a = rng.standard_normal((1031, 1029)).astype(np.float32)  # over StageRunner's 2^20 iterations: split
+    a = rng.standard_normal((1031, 1029)).astype(np.float32)  # over the runtime's 2^14 iterations: split
     x = tensor(r, a)
     rows = reduce(x.alu(Ops.EXP2), Ops.ADD, (1,))
     out = x * expand(rows, (1031, 1029)) + 1.0

@@ -42,7 +42,7 @@ class Settings:
     mirror: str | None = None  # ANNEAL_MIRROR: base URL laid out like the data cache
     beam: int = 0
     cpu_cc: str | None = None  # ANNEAL_CPU_CC: the C compiler of the cpu backend; "numpy" renders numpy only
-    cpu_threads: int = 0  # ANNEAL_CPU_THREADS: threads for the C stages; 0 = the cores this process may use
+    cpu_threads: int = 0  # ANNEAL_CPU_THREADS: the cpu pool (C stages, BLAS); 0 = the cores this process may use
     cpu_c_min: int = 4096  # ANNEAL_CPU_C_MIN: kernels of fewer loop iterations stay numpy (compiling would not pay)
 
     @classmethod
