@@ -47,8 +47,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 class MoEFeedForward(Module):
     """Router + `experts` GELU MLPs (dim -> hidden -> dim), densely mixed by the router's softmax.
 
-    The expert weights are stacked, (E, dim, hidden) and (E, hidden, dim): the first layer is one
-    batched matmul over experts, the mixing and the second layer one contraction over (expert, hidden)."""
+    The expert weights are stacked, (E, dim, hidden) and (E, hidden, dim): each layer is one batched
+    matmul over experts; the router's weights scale the hidden units, and the experts' outputs are summed."""
 
     def __init__(self, dim: int, hidden: int, experts: int, *, dropout: float, noise: StepNoise, std: float,
                  proj_std: float, device: str) -> None:  # fmt: skip
@@ -62,14 +62,15 @@ class MoEFeedForward(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         b, t, c = x.shape
-        e, hidden = self.experts, self.w_fc.shape[-1]
         tokens = x.reshape(b * t, c)
         gates = self.router(tokens).softmax(-1)  # (N, E)
         top = (gates == gates.max(-1, keepdim=True)).detach().float()  # each token's top expert (one-hot)
         self._stats = (top.mean(0), gates.mean(0))
         h = F.gelu(tokens.unsqueeze(0).matmul(self.w_fc))  # (E, N, hidden)
-        mixed = (h * gates.transpose(0, 1).unsqueeze(-1)).permute(1, 0, 2).reshape(b * t, e * hidden)
-        out = mixed.matmul(self.w_proj.reshape(e * hidden, c))  # sum over experts and hidden units at once
+        weighted = h * gates.transpose(0, 1).unsqueeze(-1)
+        # a batched matmul per expert, then summed: merging (expert, hidden) into one axis instead would
+        # index it by division and remainder, which the cpu backend's loops cannot vectorize
+        out = weighted.matmul(self.w_proj).sum(0)  # (N, dim)
         return self.dropout(out.reshape(b, t, c))
 
     def aux(self) -> Tensor:
