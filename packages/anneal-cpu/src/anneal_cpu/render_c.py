@@ -207,6 +207,11 @@ class CRenderer:
         involved = sorted(self.ranges_of[factors[0]] | self.ranges_of[factors[1]], key=lambda r: self.axis_of[r])
         letter = {r: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] for i, r in enumerate(involved)}
         out_axes = sorted(self.ranges_of[c], key=lambda r: self.axis_of[r])
+        in_a, in_b = self.ranges_of[factors[0]], self.ranges_of[factors[1]]
+        # the product's own layout, (batch, a's axes, b's axes): both contraction paths return it contiguous,
+        # so the array needs no copy into another order
+        out_axes = ([r for r in out_axes if r in in_a and r in in_b] + [r for r in out_axes if r not in in_b]
+                    + [r for r in out_axes if r not in in_a])  # fmt: skip
         operands = []
         for f in factors:
             expr, axes = self.operand(f)
