@@ -29,7 +29,7 @@ def best_of(fn: Callable[[], object], runs: int = 10) -> float:
 
 def matmul_chain(n: int = 512, depth: int = 4) -> None:
     rng = np.random.default_rng(0)
-    mats = [rng.standard_normal((n, n)).astype(np.float32) / np.sqrt(n) for _ in range(depth + 1)]
+    mats = [(rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32) for _ in range(depth + 1)]
     a = [Tensor(m, device="cpu") for m in mats]
     t = [torch.tensor(m) for m in mats]
 
