@@ -68,6 +68,8 @@ def test_doctor_reports_adapter_or_the_fix(cli: AnnealGroup, runner: CliRunner) 
     assert f"numpy {__import__('numpy').__version__}, BLAS: " in result.stdout
     assert "device: auto chose " in result.stdout
     assert "cpu kernels: C via " in result.stdout or "cpu kernels: numpy only (" in result.stdout
+    if "cpu kernels: C via " in result.stdout:  # numpy's wheels on Linux carry OpenBLAS: the pool calls its sgemm
+        assert "threads; contractions by cblas_sgemm of numpy's OpenBLAS" in result.stdout
     if result.exit_code == 0:
         assert "max storage buffers per shader stage" in result.stdout
         assert "compiler features: shader-f16 " in result.stdout

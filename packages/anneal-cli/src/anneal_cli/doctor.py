@@ -38,8 +38,14 @@ def _cpu_compiler() -> str:
     if found is None:
         why = "ANNEAL_CPU_CC=numpy" if settings.cpu_cc == "numpy" else "no C compiler (cc, gcc or clang) on PATH"
         return f"cpu kernels: numpy only ({why}); install gcc for compiled kernels"
+    from anneal_cpu.backend import usable_cores
+    from anneal_cpu.runtime import numpy_blas
+
     cache = settings.cache_root()[0] / "cpu-kernels"
-    return f"cpu kernels: C via {found} (kernels of >= {settings.cpu_c_min} iterations), cached in {cache}"
+    threads = settings.cpu_threads or usable_cores()
+    blas = "cblas_sgemm of numpy's OpenBLAS" if numpy_blas(single_threaded=False) else "np.matmul (no OpenBLAS found)"
+    return (f"cpu kernels: C via {found} (kernels of >= {settings.cpu_c_min} iterations), cached in {cache}; "
+            f"{threads} threads; contractions by {blas}")  # fmt: skip
 
 
 def _blas() -> str:

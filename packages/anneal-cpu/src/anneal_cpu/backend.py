@@ -107,7 +107,7 @@ class CPUProgram:
     compiled: bool = False  # True: C stages (and BLAS); False: numpy only
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
     affinity = getattr(os, "sched_getaffinity", None)  # Linux: the cores this process may run on
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
@@ -121,7 +121,7 @@ class CPUBackend:
         command = find_compiler(settings.cpu_cc)
         self.compiler = Compiler(command, settings.cache_root()[0] / "cpu-kernels") if command else None
         self.c_min = settings.cpu_c_min
-        threads = settings.cpu_threads or _usable_cores()
+        threads = settings.cpu_threads or usable_cores()
         self.runtime = Runtime(self.compiler, threads) if self.compiler is not None else None
         # both renderers' contractions go one way (BLAS via the runtime's pool when there is one), so a
         # product recomputed by another kernel is bit-identical to the first
