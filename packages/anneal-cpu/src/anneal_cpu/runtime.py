@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ class Runtime:
     threads when it has at least ``min_work`` loop iterations, and multiplies matrices through numpy's own
     BLAS (its cblas_sgemm), split over the same threads. One pool, so BLAS threads and stage threads never
     spin against each other: nanogpt small on 2 cores went from 77 ms/step (BLAS and stages on one thread;
-    two pools were slower still) to about 50. Handing a stage to the pool costs a few microseconds, so
+    two pools were slower still) to about 42. Handing a stage to the pool costs a few microseconds, so
     smaller stages run on the calling thread."""
 
     def __init__(self, compiler: Compiler, threads: int, min_work: int = 1 << 14, min_flops: int = 1 << 18):
@@ -100,9 +101,10 @@ def elements(strides: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(s // 4 for s in strides)  # float32
 
 
+@dataclass(frozen=True)
 class Blas:
-    def __init__(self, sgemm: int, ilp64: bool):
-        self.sgemm, self.ilp64 = sgemm, ilp64
+    sgemm: int  # the address of cblas_sgemm
+    ilp64: bool  # its integers are 64-bit
 
     def fits(self, size: int) -> bool:
         return self.ilp64 or size < 2**31
@@ -116,7 +118,8 @@ def numpy_blas(single_threaded: bool) -> Blas | None:
         maps = Path("/proc/self/maps").read_text()
     except OSError:  # not Linux: numpy's matmul does the contractions
         return None
-    paths = sorted({ln.split()[-1] for ln in maps.splitlines() if "openblas" in ln.rsplit("/", 1)[-1]})
+    found = {ln.split()[-1] for ln in maps.splitlines() if "openblas" in ln.rsplit("/", 1)[-1]}
+    paths = sorted(found, key=lambda path: ("numpy" not in path, path))  # numpy's own copy first
     for path in paths:
         try:
             lib = ctypes.CDLL(path)
