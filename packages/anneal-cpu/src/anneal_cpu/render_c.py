@@ -42,6 +42,9 @@ C_PRELUDE = r"""#include <stdint.h>
 /* numpy's maximum: NaN wins */
 static inline float max_f32(float a, float b) { return (a > b || a != a) ? a : b; }
 static inline double max_f64(double a, double b) { return (a > b || a != a) ? a : b; }
+/* the same as vectorizable reductions: NaN still wins whatever the order, so a max may be split */
+#pragma omp declare reduction(nanmax32 : float : omp_out = max_f32(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(nanmax64 : double : omp_out = max_f64(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
 /* 2^x without a libm call, so loops around it vectorize: 2^round(x) from the exponent bits times
    2^f (|f| <= 1/2) by its Taylor polynomial to degree 7 (error ~1e-9 before float rounding).
    Results below 2^-126 flush to 0 (numpy keeps subnormals), x in [127.49, 128) gives 2^127.49 (the
@@ -77,6 +80,9 @@ static inline double erf_f64(double x) {
 
 class Unsupported(Exception):
     """This kernel is rendered by the numpy renderer instead."""
+
+
+MAX_REDUCTION = {dtypes.float32: "nanmax32", dtypes.float64: "nanmax64"}  # C_PRELUDE's; integers: OpenMP's max
 
 
 def ctype(d: DType) -> str:
@@ -490,8 +496,9 @@ class CRenderer:
         for blk, r in reversed(opened):
             assert blk.parent is not None
             name = f"r{self.axis_of[r]}"
-            if blk is opened[-1][0] and u.arg is Ops.ADD and d != dtypes.bool:  # reassociating a sum is ok
-                blk.parent.lines.append(f"#pragma omp simd reduction(+:{acc})")
+            if blk is opened[-1][0] and d != dtypes.bool:  # a sum may be reassociated, a max reordered
+                kind = "+" if u.arg is Ops.ADD else MAX_REDUCTION.get(d, "max")
+                blk.parent.lines.append(f"#pragma omp simd reduction({kind}:{acc})")
             blk.parent.lines.append(f"for (int64_t {name} = 0; {name} < {self.size(self.ends[r])}; {name}++) {{")
             blk.parent.lines.extend("  " + ln for ln in blk.lines)
             blk.parent.lines.append("}")
