@@ -7,6 +7,7 @@ accumulation precision, the stage split around BLAS, layouts and the on-disk cac
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -215,6 +216,23 @@ def test_c_and_numpy_paths_agree_bit_for_bit_on_float32_math(c_runner: Runner, t
 
         with np.errstate(all="ignore"):
             np.testing.assert_array_equal(run(c_runner, graph(c_runner)), run(numpy_runner, graph(numpy_runner)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sums_down_columns_run_as_columns(tmp_path: Path, threads: int) -> None:
+    """sum_r x[r, c] * sqrt(s[r]) + w[c]: the reads are contiguous along c and strided along r, so the
+    stage keeps one accumulator per column and computes sqrt(s[r]) once per row (a layer norm's weight
+    gradient); the same values as numpy."""
+    r = Runner("cpu", CPUBackend(Settings(cpu_c_min=0, cpu_threads=threads, cache_dir=str(tmp_path))))
+    x = rng.standard_normal((700, 300)).astype(np.float32)
+    s, w = rng.uniform(0.5, 2, 700).astype(np.float32), rng.standard_normal(300).astype(np.float32)
+    row = expand(UOp(Ops.RESHAPE, F32, (tensor(r, s).alu(Ops.SQRT),), (700, 1)), (700, 300))
+    col = UOp(Ops.RESHAPE, F32, (tensor(r, w),), (1, 300))
+    out = reduce(tensor(r, x) * row, Ops.ADD, (0,)) + col
+    want = (x.astype(np.float64) * np.sqrt(s.astype(np.float64))[:, None]).sum(0, keepdims=True) + w
+    np.testing.assert_allclose(run(r, out), want, rtol=1e-5, atol=1e-4)
+    (prog,) = r.programs.values()
+    assert prog.compiled and re.search(r"double acc\d+\[", prog.source), prog.source  # an array of column sums
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

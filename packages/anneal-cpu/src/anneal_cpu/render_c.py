@@ -82,6 +82,7 @@ class Unsupported(Exception):
     """This kernel is rendered by the numpy renderer instead."""
 
 
+COLUMN_SUM_MAX = 4096  # columns summed at once (one double each, on the stack)
 MAX_REDUCTION = {dtypes.float32: "nanmax32", dtypes.float64: "nanmax64"}  # C_PRELUDE's; integers: OpenMP's max
 
 
@@ -317,8 +318,11 @@ class CRenderer:
             blk = Block(blocks[-1].scope | {r}, blocks[-1])
             self.names[r] = (f"r{self.axis_of[r]}", blk)
             blocks.append(blk)
-        inner = blocks[-1]
         self.params, self.stage, self.pointers = params, stage, {}
+        column = self.column_sum(stage)
+        if column is not None:
+            blocks[-1] = self.render_column_sum(column, stage, blocks)
+        inner = blocks[-1]
         value = self.ref(stage.value, inner)
         if stage.target == "store":
             store = self.ast.src[0]
@@ -343,6 +347,63 @@ class CRenderer:
         body += root.lines
         stage.lines = [f"void {stage.name}(void** p, const int64_t* v, int64_t lo, int64_t hi) {{",
                        *("  " + ln for ln in body), "}"]  # fmt: skip
+
+    # ---- sums down columns ----
+    def column_sum(self, stage: Stage) -> UOp | None:
+        """The stage's one float sum, when it is better run as columns: its reads are contiguous along
+        the stage's innermost axis and strided along the sum's (a layer norm's weight gradient: a sum
+        over rows for each of 128 columns). Then the sum's loops go outside that axis, with one
+        accumulator per column, so what depends on the row alone is computed once per row."""
+        reduces = [n for n in self.walk(stage.value) if n.op is Ops.REDUCE and n not in self.temps]
+        if not stage.axes or len(reduces) != 1:
+            return None
+        red, column = reduces[0], stage.axes[-1]
+        end = self.ends[column]
+        if red.arg is not Ops.ADD or not red.dtype.is_float or self.ranges_of[red] != frozenset(stage.axes):
+            return None
+        if not isinstance(end, int) or end > COLUMN_SUM_MAX:
+            return None
+        along_column, along_sum = set(), set()  # strides of the reads that vary with the column
+        for n in self.walk(red.src[0]):
+            if n.op is Ops.LOAD:
+                aff = affine(n.src[1], self.axis_of)
+                if aff is None:
+                    return None
+                if aff[0].get(self.axis_of[column], 0) != 0:
+                    along_column.add(abs(aff[0][self.axis_of[column]]))
+                    along_sum.add(abs(aff[0].get(self.axis_of[red.src[-1]], 0)))
+        return red if along_column == {1} and 1 not in along_sum else None
+
+    def render_column_sum(self, red: UOp, stage: Stage, blocks: list[Block]) -> Block:
+        """Emit the sum as columns into the block around the innermost axis; return the block (a loop
+        over that axis again) in which the rest of the stage reads each column's total."""
+        column, mid = stage.axes[-1], blocks[-2]
+        rc = f"r{self.axis_of[column]}"
+        split = blocks[1] is blocks[-1]  # the innermost axis is the outermost: it runs [lo, hi)
+        start, end = ("lo", "hi") if split else ("0", self.size(self.ends[column]))
+        acc = self.fresh("acc")
+        mid.lines.append(f"double {acc}[{end} - {start}];")
+        mid.lines.append(f"for (int64_t {acc}_i = 0; {acc}_i < {end} - {start}; {acc}_i++) {acc}[{acc}_i] = 0.0;")
+        chain, opened = mid, []
+        for r in red.src[1:]:
+            chain = Block(chain.scope | {r}, chain)
+            self.names[r] = (f"r{self.axis_of[r]}", chain)
+            opened.append(chain)
+        cells = Block(chain.scope | {column}, chain)
+        self.names[column] = (rc, cells)
+        cells.lines.append(f"{acc}[{rc} - {start}] += {self.ref(red.src[0], cells)};")
+        chain.lines += ["#pragma omp simd", f"for (int64_t {rc} = {start}; {rc} < {end}; {rc}++) {{",
+                        *("  " + ln for ln in cells.lines), "}"]  # fmt: skip
+        for blk in reversed(opened):
+            assert blk.parent is not None
+            r = next(iter(blk.scope - blk.parent.scope))
+            name = f"r{self.axis_of[r]}"
+            blk.parent.lines += [f"for (int64_t {name} = 0; {name} < {self.size(self.ends[r])}; {name}++) {{",
+                                 *("  " + ln for ln in blk.lines), "}"]  # fmt: skip
+        totals = Block(mid.scope | {column}, mid)
+        self.names[column] = (rc, totals)
+        self.names[red] = (f"(({ctype(red.dtype)}){acc}[{rc} - {start}])", totals)
+        return totals
 
     def pointer(self, index: int, d: DType) -> str:
         self.pointers[index] = d
