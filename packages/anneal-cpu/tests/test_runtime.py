@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +123,25 @@ def test_contractions_match_einsum(runtime: Runtime, case: tuple) -> None:
 def test_the_backend_contracts_through_the_runtime(tmp_path: Path) -> None:
     backend = CPUBackend(Settings(cpu_threads=2, cache_dir=str(tmp_path)))
     assert backend.runtime is not None and backend.contract == backend.runtime.contract
+
+
+def test_a_forked_child_computes_on_one_thread(tmp_path: Path) -> None:
+    """multiprocessing forks on Linux; OpenMP's pool does not survive fork, so a child that used it
+    would wait forever. The child runs on its one thread instead, and gets the same product."""
+    backend = CPUBackend(Settings(cpu_threads=2, cache_dir=str(tmp_path)))
+    runtime = backend.runtime
+    assert runtime is not None and runtime.threads == 2
+    a, b = rng.standard_normal((1, 256, 256)).astype(np.float32), rng.standard_normal((1, 256, 256)).astype(np.float32)
+    want = runtime.matmul(a, b)  # the pool has run in the parent
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if it computes the same product on one thread
+        ok = runtime.threads == 1 and np.array_equal(runtime.matmul(a, b), want)
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung in the OpenMP pool")
+    assert os.waitstatus_to_exitcode(done[1]) == 0

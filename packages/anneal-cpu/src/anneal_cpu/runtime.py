@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,19 @@ from anneal_cpu.compiler import CompileError, Compiler
 from anneal_cpu.contract import einsum_axes, gemm_plan, numpy_contract, summed
 
 RUNTIME_SOURCE = (Path(__file__).parent / "runtime.c").read_text()
+_RUNTIMES: weakref.WeakSet[Runtime] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """OpenMP's thread pool does not survive fork(): a forked child (multiprocessing's default on Linux)
+    runs the stages and contractions on its one thread, as PyTorch does, rather than wait forever for
+    pool threads that do not exist there."""
+    for runtime in list(_RUNTIMES):
+        runtime.threads = 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Runtime:
@@ -47,6 +62,7 @@ class Runtime:
         self.blas = numpy_blas(single_threaded=self.threads > 1)
         if self.blas is not None and not self._blas_agrees():
             self.blas = None
+        _RUNTIMES.add(self)
 
     # ---- stages ----
     def __call__(self, stage: Any, table: Any, values: Any, outer: int, work: int) -> None:
