@@ -313,11 +313,7 @@ class CRenderer:
         for i, v in enumerate(self.var_names):
             body.append(f"const int64_t v_{v} = v[{i}];")
         root = Block(frozenset(), None)
-        blocks = [root]
-        for r in stage.axes:
-            blk = Block(blocks[-1].scope | {r}, blocks[-1])
-            self.names[r] = (f"r{self.axis_of[r]}", blk)
-            blocks.append(blk)
+        blocks = [root, *self.open_loops(root, stage.axes)]
         self.params, self.stage, self.pointers = params, stage, {}
         column = self.column_sum(stage)
         if column is not None:
@@ -334,14 +330,8 @@ class CRenderer:
             target = self.temp_slot(stage.target)
             inner.lines.append(f"{self.pointer(target, stage.value.dtype)}[{index}] = {value};")
         for blk in reversed(blocks[1:]):  # close innermost first, each into its parent
-            r = next(iter(blk.scope - blk.parent.scope))  # type: ignore[union-attr]
-            assert blk.parent is not None
-            name = f"r{self.axis_of[r]}"
             # the outermost loop runs [lo, hi): the glue may split it over threads (stores are disjoint)
-            start, end = ("lo", "hi") if blk is blocks[1] else ("0", self.size(self.ends[r]))
-            blk.parent.lines.append(f"for (int64_t {name} = {start}; {name} < {end}; {name}++) {{")
-            blk.parent.lines.extend("  " + ln for ln in blk.lines)
-            blk.parent.lines.append("}")
+            self.close_loop(blk, *(("lo", "hi") if blk is blocks[1] else ()))
         # restrict: the arrays of one stage never overlap, so the compiler may vectorize freely
         body += [f"{ctype(d)}* restrict a{i} = ({ctype(d)}*)p[{i}];" for i, d in sorted(self.pointers.items())]
         body += root.lines
@@ -384,26 +374,35 @@ class CRenderer:
         acc = self.fresh("acc")
         mid.lines.append(f"double {acc}[{end} - {start}];")
         mid.lines.append(f"for (int64_t {acc}_i = 0; {acc}_i < {end} - {start}; {acc}_i++) {acc}[{acc}_i] = 0.0;")
-        chain, opened = mid, []
-        for r in red.src[1:]:
-            chain = Block(chain.scope | {r}, chain)
-            self.names[r] = (f"r{self.axis_of[r]}", chain)
-            opened.append(chain)
-        cells = Block(chain.scope | {column}, chain)
-        self.names[column] = (rc, cells)
+        opened = self.open_loops(mid, [*red.src[1:], column])
+        cells = opened.pop()
         cells.lines.append(f"{acc}[{rc} - {start}] += {self.ref(red.src[0], cells)};")
-        chain.lines += ["#pragma omp simd", f"for (int64_t {rc} = {start}; {rc} < {end}; {rc}++) {{",
-                        *("  " + ln for ln in cells.lines), "}"]  # fmt: skip
+        self.close_loop(cells, start, end, pragma="#pragma omp simd")
         for blk in reversed(opened):
-            assert blk.parent is not None
-            r = next(iter(blk.scope - blk.parent.scope))
-            name = f"r{self.axis_of[r]}"
-            blk.parent.lines += [f"for (int64_t {name} = 0; {name} < {self.size(self.ends[r])}; {name}++) {{",
-                                 *("  " + ln for ln in blk.lines), "}"]  # fmt: skip
+            self.close_loop(blk)
         totals = Block(mid.scope | {column}, mid)
         self.names[column] = (rc, totals)
         self.names[red] = (f"(({ctype(red.dtype)}){acc}[{rc} - {start}])", totals)
         return totals
+
+    def open_loops(self, parent: Block, ranges: list[UOp] | tuple[UOp, ...]) -> list[Block]:
+        """One nested block per range, outermost first, each range's loop variable named in its block."""
+        opened, outer = [], parent
+        for r in ranges:
+            outer = Block(outer.scope | {r}, outer)
+            self.names[r] = (f"r{self.axis_of[r]}", outer)
+            opened.append(outer)
+        return opened
+
+    def close_loop(self, blk: Block, start: str = "0", end: str | None = None, pragma: str | None = None) -> None:
+        """Append blk to its parent as the loop over its range (the one range its parent lacks)."""
+        assert blk.parent is not None
+        r = next(iter(blk.scope - blk.parent.scope))
+        name, end = f"r{self.axis_of[r]}", end if end is not None else self.size(self.ends[r])
+        if pragma:
+            blk.parent.lines.append(pragma)
+        blk.parent.lines.append(f"for (int64_t {name} = {start}; {name} < {end}; {name}++) {{")
+        blk.parent.lines += ["  " + ln for ln in blk.lines] + ["}"]
 
     def pointer(self, index: int, d: DType) -> str:
         self.pointers[index] = d
@@ -542,11 +541,8 @@ class CRenderer:
         else:
             identity = literal(int(np.iinfo(d.np).min), d)
         b.lines.append(f"{wide} {acc} = {identity};")
-        inner, opened = b, []
-        for r in u.src[1:]:
-            inner = Block(inner.scope | {r}, inner)
-            self.names[r] = (f"r{self.axis_of[r]}", inner)
-            opened.append((inner, r))
+        opened = self.open_loops(b, u.src[1:])
+        inner = opened[-1]
         value = self.ref(u.src[0], inner)
         if u.arg is Ops.ADD:
             inner.lines.append(f"{acc} = {acc} + {value};" if d != dtypes.bool else f"{acc} = {acc} | {value};")
@@ -554,15 +550,11 @@ class CRenderer:
             inner.lines.append(f"{acc} = {'max_f32' if d == dtypes.float32 else 'max_f64'}({acc}, {value});")
         else:
             inner.lines.append(f"{acc} = ({value} > {acc}) ? {value} : {acc};")
-        for blk, r in reversed(opened):
-            assert blk.parent is not None
-            name = f"r{self.axis_of[r]}"
-            if blk is opened[-1][0] and d != dtypes.bool:  # a sum may be reassociated, a max reordered
-                kind = "+" if u.arg is Ops.ADD else MAX_REDUCTION.get(d, "max")
-                blk.parent.lines.append(f"#pragma omp simd reduction({kind}:{acc})")
-            blk.parent.lines.append(f"for (int64_t {name} = 0; {name} < {self.size(self.ends[r])}; {name}++) {{")
-            blk.parent.lines.extend("  " + ln for ln in blk.lines)
-            blk.parent.lines.append("}")
+        kind = "+" if u.arg is Ops.ADD else MAX_REDUCTION.get(d, "max")
+        # a sum may be reassociated, a max reordered: the innermost loop is a vector reduction
+        simd = f"#pragma omp simd reduction({kind}:{acc})" if d != dtypes.bool else None
+        for blk in reversed(opened):
+            self.close_loop(blk, pragma=simd if blk is inner else None)
         return f"(({ctype(d)}){acc})"
 
 
