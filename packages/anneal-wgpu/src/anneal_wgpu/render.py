@@ -134,6 +134,28 @@ def ceil_div(a: sint, b: int) -> sint:
 Affine = tuple[dict[UOp, int], int]  # {RANGE: coefficient}, offset
 LANES = "vec4<i32>(0, 1, 2, 3)"
 XYZW = "xyzw"
+
+
+def combine_lanes(combine: Any, vec: str) -> str:
+    """The four lanes of a vec4 accumulator combined into one value."""
+    x, y, z, w = (f"{vec}.{c}" for c in XYZW)
+    return combine(combine(x, y), combine(z, w))
+
+
+def workgroup_reduce(i: int, t: str, wg: int, own: str, combine: Any) -> list[str]:
+    """WGSL lines: each invocation stores its value `own` in partial{i}, the workgroup halves it down to
+    partial{i}[0], bound as red{i}."""
+    return [
+        f"partial{i}[lid] = {own};",
+        "workgroupBarrier();",
+        f"for (var s: i32 = {wg // 2}; s > 0; s = s >> 1u) {{",
+        f"  if (lid < s) {{ partial{i}[lid] = {combine(f'partial{i}[lid]', f'partial{i}[lid + s]')}; }}",
+        "  workgroupBarrier();",
+        "}",
+        f"let red{i}: {t} = partial{i}[0];",
+    ]
+
+
 _VEC_STORAGE = ("f32", "i32", "u32")  # 4-byte element types: 16-byte vec4 accesses
 
 
@@ -583,21 +605,8 @@ class WGSLRenderer:
                 f"  acc{i} = {combine(f'acc{i}', value)};",
                 "}",
             ]
-            if vec:  # the four lanes' partial results
-                lanes = [f"acc{i}.{c}" for c in XYZW]
-                body_lines.append(
-                    f"partial{i}[lid] = {combine(combine(lanes[0], lanes[1]), combine(lanes[2], lanes[3]))};"
-                )
-            else:
-                body_lines.append(f"partial{i}[lid] = acc{i};")
-            body_lines += [
-                "workgroupBarrier();",
-                f"for (var s: i32 = {wg // 2}; s > 0; s = s >> 1u) {{",
-                f"  if (lid < s) {{ partial{i}[lid] = {combine(f'partial{i}[lid]', f'partial{i}[lid + s]')}; }}",
-                "  workgroupBarrier();",
-                "}",
-                f"let red{i}: {t} = partial{i}[0];",
-            ]
+            own = combine_lanes(combine, f"acc{i}") if vec else f"acc{i}"  # vec: the four lanes' partial results
+            body_lines += workgroup_reduce(i, t, wg, own, combine)
             bound[red] = f"red{i}"
         if inner:
             lines, names, vec, count = self.quads("e", inner, inner_vec)
@@ -660,17 +669,8 @@ class WGSLRenderer:
             for render, block in lanes:
                 lines, name = emit(render, block, lambda r, b: r.arg(value, b, 4))  # noqa: B023
                 body_lines += [*lines, f"acc{i} = {combine(f'acc{i}', name)};"]
-            parts = [f"acc{i}.{c}" for c in XYZW]
             shared.append(f"var<workgroup> partial{i}: array<{t}, {wg}>;")
-            body_lines += [
-                f"partial{i}[lid] = {combine(combine(parts[0], parts[1]), combine(parts[2], parts[3]))};",
-                "workgroupBarrier();",
-                f"for (var s: i32 = {wg // 2}; s > 0; s = s >> 1u) {{",
-                f"  if (lid < s) {{ partial{i}[lid] = {combine(f'partial{i}[lid]', f'partial{i}[lid + s]')}; }}",
-                "  workgroupBarrier();",
-                "}",
-                f"let red{i}: {t} = partial{i}[0];",
-            ]
+            body_lines += workgroup_reduce(i, t, wg, combine_lanes(combine, f"acc{i}"), combine)
             for render, block in lanes:
                 render.names[red] = (f"red{i}", block)
         for render, block in lanes:
