@@ -222,7 +222,7 @@ def load_checkpoint(trainer: Any, saved: SavedRun) -> None:
         ckpt = saved.path / "checkpoint.safetensors"
         raise CommandError(f"checkpoint {ckpt} does not fit this {saved.model} model: {one_line(exc)}") from None
     # the summary at the end covers the whole run, not only its resumed part
-    if saved.history and getattr(trainer, "first_loss", None) is None and hasattr(trainer, "first_loss"):
+    if saved.history and hasattr(trainer, "first_loss") and trainer.first_loss is None:
         trainer.first_loss = saved.history[0].loss
     if isinstance(getattr(trainer, "val_history", None), list):
         trainer.val_history = [(r.step, r.val) for r in saved.history if r.val is not None]

@@ -84,9 +84,10 @@ class Runtime:
         axes = einsum_axes(sa, sb, so)
         a, b = summed(a, b, axes)
         plan = gemm_plan(axes.sa, axes.sb, so, a.shape, elements(a.strides), b.shape, elements(b.strides))
-        if not self.blas.fits(max(a.size, b.size, math.prod(plan.out_shape))):
+        size = math.prod(plan.out_shape)
+        if not self.blas.fits(max(a.size, b.size, size)):
             return numpy_contract(a, axes.sa, b, axes.sb, so)
-        if math.prod(plan.out_shape) == 0 or plan.k == 0:  # nothing to compute, or sums of nothing
+        if size == 0 or plan.k == 0:  # nothing to compute, or sums of nothing
             return np.zeros(plan.out_shape, np.float32).transpose(plan.out_order)
         if plan.a_copy is not None:
             a = np.ascontiguousarray(a.transpose(plan.a_copy))
