@@ -110,6 +110,8 @@ def webgpu(session: nox.Session) -> None:
         "tests/test_jvp.py",
         "tests/test_models_forward.py",
         "tests/test_variables.py",
+        "tests/test_read_first.py",
+        "tests/test_random.py",
     ]
     with session.chdir(ROOT / "packages" / "anneal"):
         session.run("pytest", *suites, *session.posargs, env={"ANNEAL_DEVICE": "webgpu"})

@@ -233,7 +233,7 @@ def transformer_step(steps: int = 20, layers: int = 2, heads: int = 4, dim: int 
         logits = forward(ao, aw, x, layers, heads) @ aw["wte"].T
         loss = logits.reshape(-1, 65).log_softmax(-1).gather(1, y.reshape(-1, 1)).mean() * -1
         loss.backward()
-        opt.step(extra=[loss])
+        opt.step()
         return loss
 
     x, y = Tensor(data, device=DEVICE), Tensor(target, device=DEVICE)

@@ -53,7 +53,7 @@ def mlp(batch: int = 128) -> None:
         logits = (xx @ a1).relu() @ a2
         loss = -logits.log_softmax(-1).gather(1, yy.reshape(-1, 1)).mean()
         loss.backward()
-        opt.step(extra=[loss])
+        opt.step()
         return loss
 
     first, replay = first_and_replay(lambda: astep(ax, ay).item())
@@ -89,7 +89,7 @@ def transformer(layers: int = 2, heads: int = 4, dim: int = 128, block: int = 64
         logits = forward(ao, aw, x, layers, heads) @ aw["wte"].T
         loss = -logits.reshape(-1, 65).log_softmax(-1).gather(1, y.reshape(-1, 1)).mean()
         loss.backward()
-        opt.step(extra=[loss])
+        opt.step()
         return loss
 
     x, y = Tensor(data, device="cpu"), Tensor(target, device="cpu")

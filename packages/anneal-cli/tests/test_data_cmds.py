@@ -79,9 +79,11 @@ def test_download_all_and_a_group(cli: AnnealGroup, runner: CliRunner, cache_dir
         "gpt2-weights": "cached",
         "gpt2-vocab": "cached",
         "gpt2-merges": "cached",
+        "digits": "downloaded",
         "cifar10": "downloaded",
     }
     assert (cache_dir / "cifar10" / "cifar-10-binary.tar.gz").read_bytes() == CIFAR
+    assert (cache_dir / "digits" / "digits.csv.gz").read_bytes() == (SHARED / "digits" / "digits.csv.gz").read_bytes()
     assert (cache_dir / "gpt2" / "merges.txt").read_bytes() == (SHARED / "gpt2" / "merges.txt").read_bytes()
 
 
@@ -151,6 +153,7 @@ def test_cache_lists_states(cli: AnnealGroup, runner: CliRunner, cache_dir: Path
         "gpt2-weights": "missing",
         "gpt2-vocab": "ok",
         "gpt2-merges": "corrupt",
+        "digits": "missing",
         "cifar10": "partial",
     }
     assert "1.0 kB of 3.1 kB" in result.stdout and "(9 bytes, expected 456,318)" in result.stdout

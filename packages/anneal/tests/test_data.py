@@ -62,7 +62,7 @@ def part_of(path: Path) -> Path:
 
 
 def test_the_shared_copies_are_the_pinned_files() -> None:
-    for asset in (data.ASSETS[n] for n in ("tinyshakespeare", "gpt2-vocab", "gpt2-merges")):
+    for asset in (data.ASSETS[n] for n in ("tinyshakespeare", "gpt2-vocab", "gpt2-merges", "digits")):
         content = (SHARED / asset.filename).read_bytes()
         assert len(content) == asset.size
         assert hashlib.sha256(content).hexdigest() == asset.sha256
@@ -71,9 +71,9 @@ def test_the_shared_copies_are_the_pinned_files() -> None:
 def test_the_table_matches_product_md() -> None:
     product = (SHARED.parent / "PRODUCT.md").read_text()
     rows = re.findall(r"^\| ([^|]+?) \| ([^|]+?) \| ([\d,]+) \| ([0-9a-f]{64}) \|$", product, re.M)
-    assert len(rows) == 5
+    assert len(rows) == 6
     by_name = {"tinyshakespeare": "tinyshakespeare", "gpt2 weights": "gpt2-weights", "gpt2 vocab": "gpt2-vocab"}
-    by_name |= {"gpt2 merges": "gpt2-merges", "CIFAR-10 (binary)": "cifar10"}
+    by_name |= {"gpt2 merges": "gpt2-merges", "digits": "digits", "CIFAR-10 (binary)": "cifar10"}
     for label, url, size, sha in rows:
         asset = data.ASSETS[by_name[label]]
         assert (asset.size, asset.sha256) == (int(size.replace(",", "")), sha)

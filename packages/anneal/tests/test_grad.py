@@ -47,13 +47,16 @@ def B(*shape: int, seed: int = 0) -> np.ndarray:  # noqa: N802
 
 
 def run_case(fn: Callable[..., Any], tfn: Callable[..., Any] | None, inputs: list[np.ndarray],
-             rtol: float = RTOL, atol: float = ATOL) -> None:  # fmt: skip
+             rtol: float = RTOL, atol: float = ATOL, read_first: bool = False) -> None:  # fmt: skip
+    """With read_first, the forward value is read before backward(), as PyTorch users do."""
     tfn = tfn or fn
     diff = [a.dtype.kind == "f" for a in inputs]
     ai = [Tensor(a, requires_grad=d) for a, d in zip(inputs, diff)]
     ti = [torch.tensor(a, requires_grad=d) for a, d in zip(inputs, diff)]
     out, tout = fn(*ai), tfn(*ti)
     assert out.shape == tuple(tout.shape), f"forward shape {out.shape} != torch {tuple(tout.shape)}"
+    if read_first:
+        np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=rtol, atol=atol, err_msg="forward")
     g = np.random.default_rng(42).standard_normal(out.shape).astype(np.float32)
     out.backward(Tensor(g))
     tout.backward(torch.tensor(g))
@@ -418,6 +421,12 @@ ALL = UNARY + POW + BINARY + REDUCE + MOVEMENT + LINALG + NN + CONV + SDPA
 def test_grad_matches_torch(fn: Callable[..., Any], tfn: Callable[..., Any] | None, inputs: list[np.ndarray],
                             tol: dict[str, float]) -> None:  # fmt: skip
     run_case(fn, tfn, inputs, **tol)
+
+
+@pytest.mark.parametrize("fn, tfn, inputs, tol", ALL)
+def test_grad_after_reading_the_forward(fn: Callable[..., Any], tfn: Callable[..., Any] | None,
+                                        inputs: list[np.ndarray], tol: dict[str, float]) -> None:  # fmt: skip
+    run_case(fn, tfn, inputs, **tol, read_first=True)
 
 
 # ---- the autograd API around the rules ----

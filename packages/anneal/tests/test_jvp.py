@@ -37,10 +37,17 @@ def U(lo: float, hi: float, *shape: int, seed: int = 0) -> np.ndarray:  # noqa: 
 
 
 def check_jvp(fn: Callable[..., Any], tfn: Callable[..., Any] | None, primals: list[np.ndarray],
-              rtol: float = RTOL, atol: float = ATOL) -> None:  # fmt: skip
+              rtol: float = RTOL, atol: float = ATOL, read_first: bool = False) -> None:  # fmt: skip
+    """With read_first, fn reads its outputs' values before returning them (the tangents go through)."""
     tfn = tfn or fn
+
+    def reading(*args: Tensor) -> Any:
+        out = fn(*args)
+        realize_all(list(out) if isinstance(out, tuple) else [out])
+        return out
+
     tangents = [N(*p.shape, seed=100 + i) for i, p in enumerate(primals)]
-    out, tan = anneal.jvp(fn, [Tensor(p) for p in primals], [Tensor(t) for t in tangents])
+    out, tan = anneal.jvp(reading if read_first else fn, [Tensor(p) for p in primals], [Tensor(t) for t in tangents])
     tout, ttan = torch.func.jvp(tfn, tuple(torch.tensor(p) for p in primals), tuple(torch.tensor(t) for t in tangents))
     outs, tans = (list(out), list(tan)) if isinstance(out, tuple) else ([out], [tan])
     touts, ttans = (list(tout), list(ttan)) if isinstance(tout, tuple) else ([tout], [ttan])
@@ -141,12 +148,19 @@ def test_jvp_matches_torch(fn: Callable[..., Any], tfn: Callable[..., Any] | Non
     check_jvp(fn, tfn, primals)
 
 
+@pytest.mark.parametrize("fn, tfn, primals", PRIMITIVES + COMPOSITES)
+def test_jvp_through_values_read_inside(fn: Callable[..., Any], tfn: Callable[..., Any] | None,
+                                        primals: list[np.ndarray]) -> None:  # fmt: skip
+    check_jvp(fn, tfn, primals, read_first=True)
+
+
 def test_every_jvp_rule_is_exercised() -> None:
     """The cases above reach every op of the rule table (a new rule needs a case here)."""
     covered = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.WHERE,
                Ops.ERF, Ops.CAST, Ops.TRUNC, Ops.CMPLT, Ops.DETACH, Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD,
                Ops.SHRINK,
-               Ops.FLIP, Ops.CONTIGUOUS, Ops.REDUCE_AXIS}  # fmt: skip
+               Ops.FLIP, Ops.CONTIGUOUS, Ops.REDUCE_AXIS, Ops.REALIZED}  # fmt: skip
+    covered.add(Ops.COPY)  # test_to_device.py: test_jvp_through_a_copy_between_devices
     # integer/bitwise ops and the other comparisons share zero_jvp with CMPLT/TRUNC/DETACH above
     zero_like = {Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST}
     ruled = {op for op in Ops if jvp_rules.rules_for(op)}

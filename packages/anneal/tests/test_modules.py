@@ -215,14 +215,14 @@ def test_batchnorm_several_forwards_before_realizing(momentum: float | None) -> 
 
 
 def test_batchnorm_running_stats_realize_with_the_optimizer_step() -> None:
-    """The in-place running-stat update keeps the tensor objects and is realized by step(extra=...)."""
+    """The in-place running-stat update keeps the tensor objects and is realized by step(), before the update."""
     model = ConvNet()
     rm = model.bn.running_mean
     opt = SGD(model.parameters(), lr=0.1)
     for seed in range(2):
         opt.zero_grad()
         model(Tensor(rnd(2, 3, 10, 10, seed=seed))).square().mean().backward()
-        opt.step(extra=model.buffers())
+        opt.step()
         assert model.bn.running_mean is rm
         assert all(b.uop.op.name in ("BUFFER", "RESHAPE") for b in model.buffers())
     assert int(model.bn.num_batches_tracked.item()) == 2

@@ -17,6 +17,7 @@ import torch
 from torch import nn as tnn
 
 import anneal.optim as optim
+import anneal.realize as anneal_realize
 from anneal import Tensor, dtypes
 from anneal.jit import jit
 from anneal.nn import modules as nn
@@ -56,7 +57,7 @@ def train_both(make: Callable[[Any], Any], make_torch: Callable[[Any], Any], ste
         opt.zero_grad()
         loss = (model(Tensor(x)) - Tensor(y)).square().mean()
         loss.backward()
-        opt.step(extra=[loss])
+        opt.step()
         topt.zero_grad()
         tloss = (tmodel(torch.tensor(x)) - torch.tensor(y)).square().mean()
         tloss.backward()
@@ -117,8 +118,8 @@ def test_step_is_one_schedule_in_place_and_does_not_recompile(monkeypatch: pytes
     sched = optim.CosineAnnealingLR(opt, T_max=10)
     x, y = data()
     calls: list[int] = []
-    real = optim.realize
-    monkeypatch.setattr(optim, "realize", lambda dev, uops: calls.append(len(uops)) or real(dev, uops))
+    real = anneal_realize.realize
+    monkeypatch.setattr(anneal_realize, "realize", lambda dev, uops: calls.append(len(uops)) or real(dev, uops))
     compiled = []
     for _ in range(5):
         buffers = [as_buffer(p.uop) for p in model.parameters()]
@@ -126,7 +127,7 @@ def test_step_is_one_schedule_in_place_and_does_not_recompile(monkeypatch: pytes
         opt.zero_grad()
         loss = (model(Tensor(x)) - Tensor(y)).square().mean()
         loss.backward()
-        opt.step(extra=[loss])
+        opt.step()
         sched.step()  # a new lr is data in a buffer, not a new graph
         assert len(calls) == 1  # forward, backward and update: one realize, one schedule
         assert [as_buffer(p.uop) for p in model.parameters()] == buffers  # updated in place
@@ -134,14 +135,15 @@ def test_step_is_one_schedule_in_place_and_does_not_recompile(monkeypatch: pytes
     assert compiled[2] == compiled[3] == compiled[4]  # steps after the second reuse every kernel
 
 
-def test_extra_tensors_and_grads_keep_their_pre_step_values() -> None:
-    """The parameters change in place; what the step realizes (loss in extra, .grad) reads the old ones."""
+def test_loss_and_grads_read_after_the_step_keep_their_pre_step_values() -> None:
+    """The parameters change in place; the lazy loss and .grad, read only after step(), still hold the
+    values the step was taken on (they are computed in the step's schedule, before the update)."""
     model, tmodel = twins()
     opt = optim.SGD(model.parameters(), lr=0.5)
     x, y = data()
     loss = (model(Tensor(x)) - Tensor(y)).square().mean()
     loss.backward()
-    opt.step(extra=[loss])
+    opt.step()
     tloss = (tmodel(torch.tensor(x)) - torch.tensor(y)).square().mean()
     tloss.backward()
     np.testing.assert_allclose(loss.numpy(), tloss.detach().numpy(), **TOL)
@@ -179,7 +181,7 @@ def test_jit_replays_the_training_step() -> None:
         opt.zero_grad()
         loss = (model(x) - y).square().mean()
         loss.backward()
-        opt.step(extra=[loss])
+        opt.step()
         return loss
 
     for i in range(STEPS):
@@ -287,13 +289,13 @@ def test_clip_grad_norm_matches_torch(max_norm: float, norm_type: float) -> None
 
 
 def test_clip_grad_norm_fuses_into_the_step() -> None:
-    """Clipped gradients are lazy: clipping plus the update still realize once, norm included via extra."""
+    """Clipped gradients are lazy: clipping plus the update still realize once, the lazy norm included."""
     model, tmodel = twins()
     opt, topt = optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(tmodel.parameters(), lr=0.1)
     x, y = data()
     (model(Tensor(x)) - Tensor(y)).square().sum().backward()
     norm = optim.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step(extra=[norm])
+    opt.step()
     (tmodel(torch.tensor(x)) - torch.tensor(y)).square().sum().backward()
     tnorm = torch.nn.utils.clip_grad_norm_(tmodel.parameters(), 1.0)
     topt.step()

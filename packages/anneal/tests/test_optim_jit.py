@@ -43,7 +43,7 @@ def jitted_step(model: nn.Module, opt: optim.Optimizer) -> jit:
         opt.zero_grad()
         loss = (model(x) - y).square().mean()
         loss.backward()
-        opt.step(extra=[loss])
+        opt.step()
         return loss
 
     return step
@@ -141,7 +141,7 @@ def test_parameters_without_grad_keep_their_own_count_through_replays() -> None:
         opt.zero_grad()
         out = loss(x, False)
         out.backward()
-        opt.step(extra=[out])
+        opt.step()
         return out
 
     plan = ["both", "both", "a", "a", "a", "a", "both", "a", "both"]  # the last "a": a replay after the eager step

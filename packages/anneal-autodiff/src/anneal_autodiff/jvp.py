@@ -97,6 +97,10 @@ def reduce_jvp(ctx: Tangents, ret: UOp) -> UOp:
     return UOp(Ops.REDUCE_AXIS, t.dtype, (mul(t, max_mask(src, ret)),), (Ops.ADD, ret.arg[1]))
 
 
+def realized_jvp(ctx: Tangents, ret: UOp) -> UOp | None:
+    return ctx[1]  # the tangent of the graph that computed the value
+
+
 jvp_rules = PatternMatcher([
     (UPat(Ops.ADD, name="ret"), add_jvp),
     (UPat(Ops.MUL, name="ret"), mul_jvp),
@@ -112,8 +116,9 @@ jvp_rules = PatternMatcher([
            Ops.SHR, Ops.BITCAST, Ops.DETACH), name="ret"), zero_jvp),
     (UPat(Ops.WHERE, name="ret"), where_jvp),
     (UPat(Ops.CAST, name="ret"), cast_jvp),
-    (UPat((Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS), name="ret"),
-     same_op_jvp),
+    (UPat((Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.COPY),
+          name="ret"), same_op_jvp),
+    (UPat(Ops.REALIZED, name="ret"), realized_jvp),
     (UPat(Ops.REDUCE_AXIS, name="ret"), reduce_jvp),
 ], name="jvp")  # fmt: skip
 

@@ -139,6 +139,15 @@ def detach_vjp(ctx: UOp, ret: UOp) -> Grads:
     return (None,)
 
 
+def realized_vjp(ctx: UOp, ret: UOp) -> Grads:
+    return None, ctx  # the buffer holds the value; the graph that computed it carries the gradient
+
+
+def copy_vjp(ctx: UOp, ret: UOp) -> Grads:
+    src_device, dst_device = ret.arg
+    return (UOp(Ops.COPY, ctx.dtype, (ctx,), (dst_device, src_device)),)  # back where the value came from
+
+
 vjp_rules = PatternMatcher([
     (UPat(Ops.ADD, name="ret"), add_vjp),
     (UPat(Ops.MUL, name="ret"), mul_vjp),
@@ -164,6 +173,8 @@ vjp_rules = PatternMatcher([
     (UPat(Ops.REDUCE_AXIS, name="ret"), reduce_vjp),
     (UPat(Ops.CONTIGUOUS, name="ret"), identity_vjp),
     (UPat(Ops.DETACH, name="ret"), detach_vjp),
+    (UPat(Ops.REALIZED, name="ret"), realized_vjp),
+    (UPat(Ops.COPY, name="ret"), copy_vjp),
 ], name="vjp")  # fmt: skip
 
 

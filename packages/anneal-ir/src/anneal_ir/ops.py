@@ -48,6 +48,9 @@ class Ops(Enum):
     CONTIGUOUS = auto()  # a realize point asked for by the user
     DETACH = auto()  # stops gradients; a no-op for the scheduler
     ASSIGN = auto()  # src: (target BUFFER view, value): write value into an existing buffer
+    # -- tensor-level, resolved before scheduling (anneal.realize): the scheduler never sees them --
+    REALIZED = auto()  # src: (buffer view, graph): a value computed earlier, kept with the graph that made it
+    COPY = auto()  # src: (value,); arg: (from device, to device): the value moved to another device
     # -- kernel level --
     DEFINE_GLOBAL = auto()  # arg: slot number of a kernel argument buffer
     RANGE = auto()  # src: (end,); arg: (axis id, kind); a loop index 0..end-1

@@ -61,6 +61,8 @@ _RULES = {
     Ops.CONTIGUOUS: _same_as_first,
     Ops.DETACH: _same_as_first,
     Ops.ASSIGN: _same_as_first,
+    Ops.REALIZED: _same_as_first,
+    Ops.COPY: _same_as_first,
 }
 
 

@@ -29,7 +29,6 @@ from anneal_models.transformer import (
     Dropout,
     LanguageModel,
     LMTrainer,
-    StepNoise,
     build_trainer,
     norm,
     normal,
@@ -76,16 +75,15 @@ class Bert(LanguageModel):
                  device: str) -> None:  # fmt: skip
         super().__init__()
         self.vocab_size, self.block, self.mask_id = vocab_size, block, vocab_size
-        self.noise = StepNoise()
         std, proj_std = 0.02, 0.02 / math.sqrt(2 * layers)
         self.wte, self.wpe = Embedding(vocab_size + 1, dim, device=device), Embedding(block, dim, device=device)
         self.wte.weight, self.wpe.weight = normal((vocab_size + 1, dim), std, device), normal((block, dim), std, device)
-        self.drop = Dropout(dropout, self.noise)
+        self.drop = Dropout(dropout)
 
         def block_() -> Block:
-            attn = CausalSelfAttention(dim, heads, bias=bias, dropout=dropout, noise=self.noise, std=std,
+            attn = CausalSelfAttention(dim, heads, bias=bias, dropout=dropout, std=std,
                                        proj_std=proj_std, device=device, causal=False)  # fmt: skip
-            mlp = MLP(dim, 4 * dim, bias=bias, dropout=dropout, noise=self.noise, std=std, proj_std=proj_std,
+            mlp = MLP(dim, 4 * dim, bias=bias, dropout=dropout, std=std, proj_std=proj_std,
                       device=device)  # fmt: skip
             return Block(norm("layernorm", dim, bias, device), attn, norm("layernorm", dim, bias, device), mlp)
 

@@ -22,7 +22,6 @@ from anneal_models.transformer import (
     LanguageModel,
     LMTrainer,
     Rotary,
-    StepNoise,
     SwiGLU,
     build_trainer,
     norm,
@@ -56,17 +55,16 @@ class Llama(LanguageModel):
                  dropout: float, rope_base: float, device: str) -> None:  # fmt: skip
         super().__init__()
         self.vocab_size, self.block = vocab_size, block
-        self.noise = StepNoise()
         std, proj_std = 0.02, 0.02 / math.sqrt(2 * layers)
         rotary = Rotary(dim // heads, block, rope_base)
         self.tok_embeddings = Embedding(vocab_size, dim, device=device)
         self.tok_embeddings.weight = normal((vocab_size, dim), std, device)
-        self.drop = Dropout(dropout, self.noise)
+        self.drop = Dropout(dropout)
 
         def block_() -> Block:
-            attn = CausalSelfAttention(dim, heads, kv_heads=kv_heads, bias=False, dropout=dropout, noise=self.noise,
+            attn = CausalSelfAttention(dim, heads, kv_heads=kv_heads, bias=False, dropout=dropout,
                                        std=std, proj_std=proj_std, device=device, rotary=rotary)  # fmt: skip
-            ffn = SwiGLU(dim, hidden, dropout=dropout, noise=self.noise, std=std, proj_std=proj_std, device=device)
+            ffn = SwiGLU(dim, hidden, dropout=dropout, std=std, proj_std=proj_std, device=device)
             return Block(norm("rmsnorm", dim, False, device), attn, norm("rmsnorm", dim, False, device), ffn)
 
         self.layers = [block_() for _ in range(layers)]

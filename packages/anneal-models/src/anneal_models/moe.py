@@ -24,9 +24,9 @@ import numpy as np
 from anneal import Tensor
 from anneal.jit import jit
 from anneal.nn import functional as F
-from anneal.nn.modules import Module
+from anneal.nn.modules import Dropout, Module
 from anneal_models.nanogpt import GPT
-from anneal_models.transformer import Dropout, LMTrainer, StepNoise, build_trainer, linear, normal
+from anneal_models.transformer import LMTrainer, build_trainer, linear, normal
 
 DEFAULTS: dict[str, Any] = {
     "steps": 2000, "batch": 12, "block": 64, "layers": 4, "heads": 4, "dim": 128, "experts": 4, "expert_hidden": None,
@@ -50,14 +50,14 @@ class MoEFeedForward(Module):
     The expert weights are stacked, (E, dim, hidden) and (E, hidden, dim): each layer is one batched
     matmul over experts; the router's weights scale the hidden units, and the experts' outputs are summed."""
 
-    def __init__(self, dim: int, hidden: int, experts: int, *, dropout: float, noise: StepNoise, std: float,
+    def __init__(self, dim: int, hidden: int, experts: int, *, dropout: float, std: float,
                  proj_std: float, device: str) -> None:  # fmt: skip
         super().__init__()
         self.experts = experts
         self.router = linear(dim, experts, False, std, device)
         self.w_fc = normal((experts, dim, hidden), std, device)
         self.w_proj = normal((experts, hidden, dim), proj_std, device)
-        self.dropout = Dropout(dropout, noise)
+        self.dropout = Dropout(dropout)
         self._stats: tuple[Tensor, Tensor] | None = None  # (load f, mean probability P) of the last forward
 
     def forward(self, x: Tensor) -> Tensor:
@@ -90,7 +90,7 @@ class MoEGPT(GPT):
         self.aux_weight = aux_weight
         std, proj_std = 0.02, 0.02 / math.sqrt(2 * layers)
         for blk in self.transformer["h"]:
-            blk.mlp = MoEFeedForward(dim, hidden, experts, dropout=dropout, noise=self.noise, std=std,
+            blk.mlp = MoEFeedForward(dim, hidden, experts, dropout=dropout, std=std,
                                      proj_std=proj_std, device=device)  # fmt: skip
 
     def moe_layers(self) -> list[MoEFeedForward]:

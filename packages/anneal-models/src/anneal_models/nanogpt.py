@@ -24,7 +24,6 @@ from anneal_models.transformer import (
     Dropout,
     LanguageModel,
     LMTrainer,
-    StepNoise,
     build_trainer,
     norm,
     normal,
@@ -50,22 +49,21 @@ class GPT(LanguageModel):
                  device: str) -> None:  # fmt: skip
         super().__init__()
         self.vocab_size, self.block = vocab_size, block
-        self.noise = StepNoise()
         std, proj_std = 0.02, 0.02 / math.sqrt(2 * layers)
         wte, wpe = Embedding(vocab_size, dim, device=device), Embedding(block, dim, device=device)
         wte.weight, wpe.weight = normal((vocab_size, dim), std, device), normal((block, dim), std, device)
 
         def block_(i: int) -> Block:
-            attn = CausalSelfAttention(dim, heads, bias=bias, dropout=dropout, noise=self.noise, std=std,
+            attn = CausalSelfAttention(dim, heads, bias=bias, dropout=dropout, std=std,
                                        proj_std=proj_std, device=device)  # fmt: skip
-            mlp = MLP(dim, 4 * dim, bias=bias, dropout=dropout, noise=self.noise, std=std, proj_std=proj_std,
+            mlp = MLP(dim, 4 * dim, bias=bias, dropout=dropout, std=std, proj_std=proj_std,
                       device=device)  # fmt: skip
             return Block(norm("layernorm", dim, bias, device), attn, norm("layernorm", dim, bias, device), mlp)
 
         self.transformer: dict[str, Any] = {  # nanoGPT's names: transformer.h.0.attn.c_attn.weight, ...
             "wte": wte,
             "wpe": wpe,
-            "drop": Dropout(dropout, self.noise),
+            "drop": Dropout(dropout),
             "h": [block_(i) for i in range(layers)],
             "ln_f": norm("layernorm", dim, bias, device),
         }

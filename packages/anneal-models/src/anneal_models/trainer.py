@@ -24,6 +24,7 @@ from typing import Any, overload
 import numpy as np
 
 from anneal import Tensor, dtypes
+from anneal import random as anneal_random
 from anneal.jit import jit
 from anneal.nn.state import get_state_dict, load_state_dict
 from anneal.optim import LRScheduler, Optimizer
@@ -122,7 +123,7 @@ class SupervisedTrainer:
         self.optimizer.zero_grad()
         loss = self.loss(self.model(x), y)
         loss.backward()
-        self.optimizer.step(extra=[loss])  # the loss is computed in the same schedule as the update
+        self.optimizer.step()  # computes the loss too, in the same schedule, before the update
         return loss
 
     def step(self, i: int) -> float:
@@ -142,7 +143,8 @@ class SupervisedTrainer:
     def graph(self, backward: bool) -> StepGraph:
         """One step's lazy graph, on the batch the next step will use (so drawing it changes no data)."""
         x, y = self._as_tensors(self._peek())
-        loss = self.loss(self.model(x), y)
+        with anneal_random.fork_rng([self.device]):  # looking at the step draws nothing the run would
+            loss = self.loss(self.model(x), y)
         return StepGraph([loss], loss.gradient(*self.params) if backward else [])
 
     # ---- evaluation ----
@@ -176,7 +178,8 @@ class SupervisedTrainer:
         """Everything a resumed run needs, as tensors: ``model.*`` (parameters and buffers, torch's names),
         ``optim.state.<param index>.<key>`` (moments, momentum buffers, step counts),
         ``optim.group.<group>.<key>`` (hyperparameters: the lr a schedule moved, betas, ...),
-        ``optim.bias.*`` (Adam's running bias corrections), ``schedule.*`` and ``trainer.steps``."""
+        ``optim.bias.*`` (Adam's running bias corrections), ``schedule.*``, ``rng.state`` (the device
+        generator: dropout and other draws continue where they were) and ``trainer.steps``."""
         out = {f"model.{k}": t for k, t in get_state_dict(self.model).items()}
         opt = self.optimizer
         index = {id(p): i for i, p in enumerate(opt.params)}
@@ -207,6 +210,7 @@ class SupervisedTrainer:
                 t = _scalar(value)
                 if t is not None:
                     out[f"schedule.{key}"] = t
+        out["rng.state"] = Tensor(anneal_random.get_rng_state(self.device), device=HOST)
         steps = _scalar(self.steps_done)
         assert steps is not None
         out["trainer.steps"] = steps
@@ -258,6 +262,8 @@ class SupervisedTrainer:
             }
             self.schedule.load_state_dict(restored)
             opt.sync_lr()
+        if "rng.state" in state:
+            anneal_random.set_rng_state(state["rng.state"], self.device)
         steps = int(state["trainer.steps"].numpy()) if "trainer.steps" in state else 0
         if self.replay_batches_on_load:
             for i in range(steps):  # replay the batch draws already done: the data continues where it stopped

@@ -1,25 +1,22 @@
-"""Blocks the char-level language models share: initializers, jit-safe dropout, attention (MHA/GQA,
-optional RoPE), the GELU and SwiGLU feed-forwards, and the transformer block.
+"""Blocks the char-level language models share: initializers, attention (MHA/GQA, optional RoPE),
+the GELU and SwiGLU feed-forwards, and the transformer block.
 
-Dropout under anneal.jit: a mask drawn on the host (Tensor.rand) becomes a constant of the captured
-step, so every replay would drop the same units. Here the mask is a hash of each element's index
-and a per-step seed, and the seed is a 0-d uint32 Tensor passed to the jitted step as an argument:
-a new mask every step, computed on the device, reproducible from the run's seed.
+Dropout is anneal.nn.Dropout: its masks are drawn on the device by anneal.random inside the kernels
+that use them, fresh on every jit replay; the generator's state is part of the trainer's checkpoint.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
-from anneal import Tensor, cat, dtypes, where
+from anneal import Tensor, cat, dtypes
 from anneal import random as anneal_random
 from anneal.jit import jit
 from anneal.nn import functional as F
-from anneal.nn.modules import LayerNorm, Linear, Module, RMSNorm
+from anneal.nn.modules import Dropout, LayerNorm, Linear, Module, RMSNorm
 from anneal.optim import AdamW, clip_grad_norm_, warmup_cosine
 from anneal_models import datasets
 from anneal_models.datasets import CharDataset
@@ -42,63 +39,6 @@ def linear(fan_in: int, fan_out: int, bias: bool, std: float, device: str) -> Li
     if bias:
         layer.bias = Tensor(np.zeros(fan_out, np.float32), dtypes.float32, device, requires_grad=True)
     return layer
-
-
-# ---- dropout that survives jit replay ----
-
-_GOLDEN, _SITE = 0x9E3779B9, 0x632BE5AB
-
-
-def _mix(x: Tensor) -> Tensor:
-    """lowbias32 (Chris Wellons): a uint32 -> uint32 hash with good avalanche; shifts as divisions."""
-    x = x ^ x.div(1 << 16, rounding_mode="trunc")
-    x = x * 0x7FEB352D
-    x = x ^ x.div(1 << 15, rounding_mode="trunc")
-    x = x * 0x846CA68B
-    return x ^ x.div(1 << 16, rounding_mode="trunc")
-
-
-def hash_uniform(seed: Tensor, site: int, shape: tuple[int, ...], device: str) -> Tensor:
-    """Uniform [0, 1) floats of `shape`, a pure function of (seed, site, element index)."""
-    key = _mix(seed.cast(dtypes.uint32) + ((site + 1) * _SITE) % (1 << 32))  # 0-d: one key per site and step
-    idx = Tensor.arange(math.prod(shape), dtype=dtypes.uint32, device=device).reshape(shape)
-    bits = _mix(_mix(idx * _GOLDEN ^ key) + key)
-    return bits.div(1 << 8, rounding_mode="trunc").cast(dtypes.float32) * (1.0 / (1 << 24))
-
-
-class StepNoise:
-    """The randomness of one training step: its seed tensor, and a counter that numbers dropout sites
-    in call order (the same order every step, so each site gets its own stream)."""
-
-    def __init__(self) -> None:
-        self.seed: Tensor | None = None
-        self.site = 0
-
-    def begin(self, seed: Tensor | None) -> None:
-        self.seed, self.site = seed, 0
-
-    def dropout(self, x: Tensor, p: float, training: bool) -> Tensor:
-        if not training or p == 0.0:
-            return x
-        if p >= 1.0:
-            return x * 0.0
-        seed = self.seed if self.seed is not None else Tensor(np.zeros((), np.uint32), device=x.device)
-        keep = hash_uniform(seed, self.site, x.shape, x.device) >= p
-        self.site += 1
-        return where(keep, x * (1.0 / (1.0 - p)), 0.0)
-
-
-class Dropout(Module):
-    """nn.Dropout whose mask comes from a shared StepNoise (see the module docstring)."""
-
-    def __init__(self, p: float, noise: StepNoise) -> None:
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"Dropout: probability has to be between 0 and 1, got {p}")
-        self.p, self._noise = p, noise
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self._noise.dropout(x, self.p, self.training)
 
 
 # ---- rotary position embedding ----
@@ -140,7 +80,7 @@ class CausalSelfAttention(Module):
     heads. `rotary` applies RoPE to queries and keys. `causal=False` makes it bidirectional (bert)."""
 
     def __init__(self, dim: int, heads: int, *, kv_heads: int | None = None, bias: bool, dropout: float,
-                 noise: StepNoise, std: float, proj_std: float, device: str, rotary: Rotary | None = None,
+                 std: float, proj_std: float, device: str, rotary: Rotary | None = None,
                  causal: bool = True) -> None:  # fmt: skip
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
@@ -149,8 +89,8 @@ class CausalSelfAttention(Module):
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.c_attn = linear(dim, (heads + 2 * kv_heads) * self.head_dim, bias, std, device)
         self.c_proj = linear(dim, dim, bias, proj_std, device)
-        self.attn_dropout, self.resid_dropout = Dropout(dropout, noise), Dropout(dropout, noise)
-        self._rotary, self._causal, self._noise = rotary, causal, noise
+        self.attn_dropout, self.resid_dropout = Dropout(dropout), Dropout(dropout)
+        self._rotary, self._causal = rotary, causal
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         b, t, c = x.shape
@@ -161,39 +101,21 @@ class CausalSelfAttention(Module):
         v = v.reshape(b, t, kvh, hd).transpose(1, 2)
         if self._rotary is not None:
             q, k = self._rotary(q), self._rotary(k)
-        if self.attn_dropout.p > 0 and self.training:
-            y = self._attention_with_dropout(q, k, v, mask)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self._causal and mask is None,
-                                               enable_gqa=kvh != h)  # fmt: skip
+        p, causal = self.attn_dropout.p if self.training else 0.0, self._causal and mask is None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, enable_gqa=kvh != h)
         y = y.transpose(1, 2).reshape(b, t, c)
         return self.resid_dropout(self.c_proj(y))
-
-    def _attention_with_dropout(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """sdpa with the attention weights dropped (nanoGPT's attn_dropout), through StepNoise."""
-        if self.kv_heads != self.heads:
-            rep = self.heads // self.kv_heads
-            k, v = (z.unsqueeze(2).expand(z.shape[0], self.kv_heads, rep, *z.shape[2:]).reshape(
-                z.shape[0], self.heads, *z.shape[2:]) for z in (k, v))  # fmt: skip
-        t, s = q.shape[-2], k.shape[-2]
-        scores = q.matmul(k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
-        if mask is not None:
-            scores = where(mask, scores, -math.inf)
-        elif self._causal:
-            keep = Tensor.ones(t, s, dtype=dtypes.bool, device=q.device).tril()
-            scores = where(keep, scores, -math.inf)
-        return self.attn_dropout(scores.softmax(-1)).matmul(v)
 
 
 class MLP(Module):
     """GPT's feed-forward: c_fc (dim -> 4 dim), exact GELU, c_proj, dropout."""
 
-    def __init__(self, dim: int, hidden: int, *, bias: bool, dropout: float, noise: StepNoise, std: float,
+    def __init__(self, dim: int, hidden: int, *, bias: bool, dropout: float, std: float,
                  proj_std: float, device: str) -> None:  # fmt: skip
         super().__init__()
         self.c_fc = linear(dim, hidden, bias, std, device)
         self.c_proj = linear(hidden, dim, bias, proj_std, device)
-        self.dropout = Dropout(dropout, noise)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
@@ -202,13 +124,13 @@ class MLP(Module):
 class SwiGLU(Module):
     """Llama's feed-forward: w2(silu(w1 x) * w3 x), no biases."""
 
-    def __init__(self, dim: int, hidden: int, *, dropout: float, noise: StepNoise, std: float, proj_std: float,
+    def __init__(self, dim: int, hidden: int, *, dropout: float, std: float, proj_std: float,
                  device: str) -> None:  # fmt: skip
         super().__init__()
         self.w1 = linear(dim, hidden, False, std, device)
         self.w3 = linear(dim, hidden, False, std, device)
         self.w2 = linear(hidden, dim, False, proj_std, device)
-        self.dropout = Dropout(dropout, noise)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))
@@ -254,7 +176,6 @@ class LanguageModel(Module):
 
     vocab_size: int
     block: int
-    noise: StepNoise  # the dropout randomness of the current step
 
     def loss(self, idx: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         logits = self(idx)
@@ -269,9 +190,10 @@ class LMTrainer(SupervisedTrainer):
     """Trains a LanguageModel as nanoGPT does: AdamW (weight decay on matrices only), linear warmup
     then cosine decay to min_lr, gradient clipping, one jitted step (forward, backward, clip, update).
 
-    Step i's batch and dropout seed depend only on (seed, i), and its learning rate only on i, so a
-    run resumed at step i continues exactly. evaluate() is the mean loss over fixed val batches
-    (config "eval_batches" of them), jitted too; config "eval_every" is the model's suggested period."""
+    Step i's batch depends only on (seed, i), its learning rate only on i, and its dropout masks on the
+    device generator's state, which checkpoints save, so a run resumed at step i continues exactly.
+    evaluate() is the mean loss over fixed val batches (config "eval_batches" of them), jitted too;
+    config "eval_every" is the model's suggested period."""
 
     name = "lm"
 
@@ -279,7 +201,6 @@ class LMTrainer(SupervisedTrainer):
                  train_batch: Callable[[np.random.Generator], Batch] | None = None,
                  val_batches: list[Batch] | None = None) -> None:  # fmt: skip
         self.data, self.net = data, net
-        self.noise = getattr(net, "noise", None) or StepNoise()
         bsz, block = int(config["batch"]), int(config["block"])
         self._train_batch = train_batch or (lambda rng: data.batch("train", bsz, block, rng))
         self.val_batches = val_batches if val_batches is not None else data.fixed_batches(
@@ -312,10 +233,6 @@ class LMTrainer(SupervisedTrainer):
         x, y = self._batch(i)
         return Tensor(x, device=self.device), Tensor(y, device=self.device)
 
-    def _seed(self, i: int) -> Tensor:
-        value = np.random.default_rng([int(self.config["seed"]), i, 1]).integers(0, 1 << 32, dtype=np.uint32)
-        return Tensor(np.asarray(value, np.uint32), device=self.device)
-
     def lr_at(self, i: int) -> float:
         c = self.config
         return float(c["lr"]) * warmup_cosine(i, int(c["warmup"]), int(c["steps"]), float(c["min_lr"]) / float(c["lr"]))
@@ -325,8 +242,7 @@ class LMTrainer(SupervisedTrainer):
         return self.lr_at(self.steps_done)
 
     # ---- the step ----
-    def _train_step(self, x: Tensor, y: Tensor, seed: Tensor) -> list[Tensor]:  # type: ignore[override]
-        self.noise.begin(seed)
+    def _train_step(self, x: Tensor, y: Tensor) -> list[Tensor]:  # type: ignore[override]
         self.optimizer.zero_grad()
         loss, parts = self.net.loss(x, y)
         loss.backward()
@@ -335,7 +251,7 @@ class LMTrainer(SupervisedTrainer):
             clip_grad_norm_(self.params, clip)
         self.part_names = list(parts)
         outs = [loss, *parts.values()]
-        self.optimizer.step(extra=outs)
+        self.optimizer.step()  # computes the outputs too, in the same schedule, before the update
         return outs
 
     def step(self, i: int) -> float:
@@ -343,7 +259,7 @@ class LMTrainer(SupervisedTrainer):
         for g in self.optimizer.param_groups:
             g["lr"] = self.lr_at(i)
         self.optimizer.sync_lr()  # into the lr buffers, which a jit replay reads (it runs no optimizer code)
-        outs = self._step(*self._device_batch(i), self._seed(i))
+        outs = self._step(*self._device_batch(i))
         values = [float(o.item()) for o in outs]
         self.parts = dict(zip(self.part_names, values[1:]))
         value = self.parts.get("lm", values[0])
@@ -355,8 +271,8 @@ class LMTrainer(SupervisedTrainer):
 
     def graph(self, backward: bool) -> StepGraph:
         x, y = self._device_batch(self.steps_done)
-        self.noise.begin(self._seed(self.steps_done))
-        loss, _ = self.net.loss(x, y)
+        with anneal_random.fork_rng([self.device]):  # looking at the step draws nothing the run would
+            loss, _ = self.net.loss(x, y)
         return StepGraph([loss], loss.gradient(*self.params) if backward else [])
 
     # ---- evaluation ----

@@ -14,10 +14,10 @@ number would not move while a replay runs the step.
 Parameters stored in float16/bfloat16 get float32 master weights (kept in the optimizer
 state); the stored parameter is the cast of the master.
 
-The flip side of in-place updates over lazy graphs: a lazy tensor that reads the parameters
-(the loss, a gradient norm) and is realized only after step() sees the updated parameters.
-Pass such tensors to step(extra=[...]) (they are realized first, in the same schedule) or
-realize them before the step.
+In-place updates over lazy graphs keep PyTorch's meaning: every lazy tensor still reading a
+parameter's old value (the loss, the logits, a BatchNorm's pending running statistics) is computed
+in the step's schedule, before the update (anneal.realize.realize_all), so a loss read after
+step() is the loss the step was taken on.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from anneal.realize import as_buffer, realize
+from anneal.realize import as_buffer, realize_all
 from anneal.tensor import Tensor
-from anneal_ir import DType, Ops, dtypes
+from anneal_ir import DType, dtypes
 
 __all__ = [
     "SGD",
@@ -48,17 +48,6 @@ __all__ = [
 ]
 
 
-def realize_all(tensors: Iterable[Tensor]) -> None:
-    """Compute every tensor in one schedule per device; each tensor then reads its result buffer."""
-    by_device: dict[str, list[Tensor]] = {}
-    for t in tensors:
-        by_device.setdefault(t.device, []).append(t)
-    for device, ts in by_device.items():
-        views = realize(device, [t.uop for t in ts])
-        for t, v in zip(ts, views):
-            t.uop = v
-
-
 ParamsArg = Iterable[Tensor] | Iterable[dict[str, Any]]
 
 
@@ -68,8 +57,9 @@ class Optimizer:
     A subclass defines two lazy rules: _state_update (the new optimizer state of one parameter) and
     _param_update (its new value, reading the updated state). step() assigns both in place and
     realizes everything in one schedule, ordered so that no kernel reads a value an earlier kernel of
-    the same schedule overwrote: first the gradients (and `extra` plain tensors) as ordinary outputs,
-    then the state assigns (they read the old parameters), then the parameter assigns.
+    the same schedule overwrote: first the gradients as ordinary outputs (and every lazy tensor that still
+    reads a parameter, pulled in by realize_all), then the state assigns (they read the old parameters),
+    then the parameter assigns.
 
     In place (assign), not into new buffers: parameters and state keep their buffers, so anneal.jit
     can replay a captured step. Everything that changes per step therefore lives in buffers too: the
@@ -137,21 +127,16 @@ class Optimizer:
                 self._lr_written[(gi, dtype)] = value
 
     # ---- the step ----
-    def step(self, closure: Callable[[], Any] | None = None, extra: Iterable[Tensor] = ()) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a .grad, in one schedule.
 
-        The parameters change in place, so a lazy tensor computed from them (the loss, a gradient
-        norm) must be realized before step() or passed in `extra` (it is then realized in the same
-        schedule, before the update). `extra` also takes in-place updated buffers, such as
-        BatchNorm's running statistics. The gradients are realized too, so .grad keeps reading the
-        values the step used."""
+        The parameters change in place; every lazy tensor still reading their old values (the loss, the
+        logits, a BatchNorm's pending running statistics) is computed in the same schedule, before the
+        update. The gradients are realized too, so .grad keeps reading the values the step used."""
         loss = closure() if closure is not None else None
         self.sync_lr()
         self._begin_step({id(p) for g in self.param_groups for p in g["params"] if p.grad is not None})
         plain: list[Tensor] = [loss] if isinstance(loss, Tensor) else []
-        extra_assigns: list[Tensor] = []
-        for t in extra:
-            (extra_assigns if t.uop.op is Ops.ASSIGN else plain).append(t)
         self._state_assigns: list[Tensor] = []
         param_assigns: list[Tensor] = []
         for gi, group in enumerate(self.param_groups):
@@ -175,7 +160,7 @@ class Optimizer:
                     self._state_assigns.append(state["master"].assign(new_value))
                     new_value = state["master"].cast(p.dtype)
                 param_assigns.append(p.assign(new_value))
-        realize_all([*plain, *extra_assigns, *self._state_assigns, *param_assigns])
+        realize_all([*plain, *self._state_assigns, *param_assigns])
         return loss
 
     def _begin_step(self, stepping: set[int]) -> None:

@@ -1,15 +1,25 @@
-"""Realization: one Runner per device, and the map from computed graphs to their buffers.
+"""Realization: one Runner per device, and what a graph stands for once it is computed.
 
-After a graph is computed, its UOp maps to a view of the result buffer, so every tensor
-that shares that subgraph reads the buffer instead of recomputing it. The map holds its
-keys weakly: it lives only as long as the graph does.
+``realize(device, uops)`` computes graphs on a device. Three kinds of node are resolved before
+the scheduler sees the graph (it never sees them):
+
+- REALIZED(view, graph): a value computed earlier; it reads the view's buffer (the graph is kept
+  for autodiff only);
+- COPY(value): a value on another device; it is computed there and its buffer copied here;
+- any graph computed before: after a realize, each computed UOp maps (per device, weakly) to its
+  buffer, so tensors sharing a computed subgraph read it instead of recomputing it.
+
+A buffer overwritten in place (ASSIGN) makes the map forget every graph that read it or lived in
+it: a graph built after the write, equal to one built before, is recomputed, never read stale.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from anneal.registry import get_backend
 from anneal_ir import Ops, Settings, UOp, graph_rewrite
@@ -18,8 +28,13 @@ from anneal_ir.sint import bind, bound_values, variables
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.runner import Runner
 
+if TYPE_CHECKING:
+    from anneal.tensor import Tensor
+
 # per device: a graph of constants has no device of its own, so the same UOp may be computed on several
 _realized: dict[str, weakref.WeakKeyDictionary[UOp, UOp]] = {}
+# buffer -> the realized graphs whose value read it or lives in it (forgotten when it is overwritten)
+_dependents: weakref.WeakKeyDictionary[Buffer, weakref.WeakSet[UOp]] = weakref.WeakKeyDictionary()
 
 
 @functools.cache
@@ -34,35 +49,176 @@ def buffer_view(buf: Buffer, shape: tuple[Any, ...], values: dict[str, int] | No
     return buf.view(shape, binds)
 
 
+def plain_view(u: UOp) -> UOp:
+    """The buffer view a realized value reads (u itself when it is not a REALIZED node)."""
+    return u.src[0] if u.op is Ops.REALIZED else u
+
+
 def as_buffer(u: UOp) -> Buffer | None:
-    """The Buffer behind u when u is a plain (contiguous, same-size) view of one."""
+    """The Buffer behind u when u is a plain (contiguous, same-size) view of one, or a realized value."""
+    u = plain_view(u)
     if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER:
         u = u.src[0]
     return u.arg if u.op is Ops.BUFFER else None
 
 
-def _use_realized(x: UOp, ctx: weakref.WeakKeyDictionary[UOp, UOp]) -> UOp | None:
-    return ctx.get(x)
+def buffers_read(u: UOp) -> set[Buffer]:
+    """The buffers u's value depends on; a REALIZED value depends on its own buffer only."""
+    seen: set[UOp] = set()
+    found: set[Buffer] = set()
+    stack = [u]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op is Ops.BUFFER:
+            found.add(n.arg)
+        stack.extend(n.src[:1] if n.op is Ops.REALIZED else n.src)
+    return found
 
 
-_substitute_realized = PatternMatcher([(UPat(name="x"), _use_realized)], "use_realized")
+def _remember(device: str, u: UOp, view: UOp, reads: set[Buffer]) -> None:
+    _realized.setdefault(device, weakref.WeakKeyDictionary())[u] = view
+    for b in reads:
+        _dependents.setdefault(b, weakref.WeakSet()).add(u)
+
+
+def _forget_readers(buf: Buffer) -> None:
+    for u in list(_dependents.pop(buf, ())):
+        for done in _realized.values():
+            done.pop(u, None)
+
+
+@dataclass
+class _Resolve:
+    device: str
+    done: weakref.WeakKeyDictionary[UOp, UOp]
+
+
+def _read_realized(x: UOp) -> UOp:
+    return x.src[0]
+
+
+def _copy_across(ctx: _Resolve, x: UOp) -> UOp:
+    """Compute the value on its own device, then copy its buffer into a new one on this device."""
+    src_device, dst_device = x.arg
+    assert dst_device == ctx.device, f"a copy to {dst_device} realized on {ctx.device}"
+    if runner(src_device).recording is not None or runner(dst_device).recording is not None:
+        raise RuntimeError("jit: a copy between devices inside a jitted function cannot be replayed; "
+                           "move the data with .to() outside the function")  # fmt: skip
+    (view,) = realize(src_device, [x.src[0]])
+    view = plain_view(view)
+    src = as_buffer(view)
+    assert src is not None
+    dst = Buffer(dst_device, runner(dst_device).backend, src.size, src.dtype).copy_in(src.numpy())
+    base = UOp(Ops.BUFFER, src.dtype, (), dst)
+    moved = base if view.op is Ops.BUFFER else view.replace(src=(base, *view.src[1:]))
+    _remember(dst_device, x, moved, buffers_read(x) | {dst})
+    return moved
+
+
+def _use_realized(ctx: _Resolve, x: UOp) -> UOp | None:
+    return ctx.done.get(x)
+
+
+# bottom-up: a node found here is replaced before its sources are visited (a REALIZED node's graph never is)
+_resolve = PatternMatcher([
+    (UPat(Ops.REALIZED, name="x"), _read_realized),
+    (UPat(Ops.COPY, name="x"), _copy_across),
+    (UPat(name="x"), _use_realized),
+], "resolve_realized")  # fmt: skip
 
 
 def realize(device: str, uops: list[UOp]) -> list[UOp]:
     """Compute uops on device; returns the buffer view that now stands for each."""
+    from anneal import random
+
     todo = [u for u in uops if as_buffer(u) is None]
-    if not todo:
+    writes = random.pending_writes(device)  # the generator's counter advances with the first schedule after draws
+    if not todo and not writes:
         return uops
-    sink = UOp(Ops.SINK, src=tuple(todo))
     done = _realized.setdefault(device, weakref.WeakKeyDictionary())
-    if done:
-        sink = graph_rewrite(sink, _substitute_realized, ctx=done, bottom_up=True, name="use_realized")
-    bufs = runner(device).realize(list(sink.src))
+    sink = UOp(Ops.SINK, src=(*todo, *writes))
+    sink = graph_rewrite(sink, _resolve, ctx=_Resolve(device, done), bottom_up=True, name="resolve_realized")
+    run = runner(device)
+    sched, inputs, bound = run.scheduler.schedule_bound(list(sink.src))
+    bufs = run.execute(sched, inputs, bound)
     values = bound_values(sink) if any(variables(u.shape) for u in todo) else {}
+    overwritten = {as_buffer(u.src[0]) for u in (*todo, *writes) if u.op is Ops.ASSIGN}
+    for target in overwritten:
+        assert target is not None
+        _forget_readers(target)
+    # a schedule that overwrites any of its inputs leaves nothing to remember: its values may read the old
+    # contents (the scheduler's inputs are per schedule, not per output, so this errs on the safe side)
+    remember = not overwritten & set(inputs)
     views = {}
     for u, buf in zip(todo, bufs):
         assert u.shape is not None
         views[u] = buffer_view(buf, u.shape, values)
-        if u.op is not Ops.ASSIGN:  # an assigned buffer changes again later: never stands for this graph
-            done[u] = views[u]
+        if remember and u.op is not Ops.ASSIGN:
+            _remember(device, u, views[u], {*inputs, buf})
     return [views.get(u, u) for u in uops]
+
+
+# ---- tensors ----
+
+# Lazy tensors derived from trainable state: values computed from a parameter or a gradient, and pending
+# in-place writes (a BatchNorm's running statistics). A write into a buffer first computes those still
+# reading its old contents, in the same schedule: a loss or a gradient norm read after optimizer.step() is
+# the one the step was taken on, as in PyTorch, where it was computed before the step. Views (movement ops
+# over a buffer) are left alone: like torch's views they read the buffer as it is when read.
+# Keyed by id(): a Tensor's == is elementwise, so it cannot sit in a (Weak)Set.
+_waiting: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.BIND, Ops.DEFINE_VAR,
+                       Ops.CONST})  # fmt: skip
+
+
+def wait_for_writes(t: Tensor) -> None:
+    """Mark t as derived from trainable state: computed before any buffer it reads is overwritten in place."""
+    _waiting[id(t)] = t
+
+
+def waits_for_writes(t: Tensor) -> bool:
+    return _waiting.get(id(t)) is t
+
+
+def _is_view(u: UOp) -> bool:
+    return all(n.op in _VIEW_OPS or n.op is Ops.BUFFER for n in u.toposort())
+
+
+def _readers_of(device: str, targets: set[Buffer], chosen: list[Tensor]) -> list[Tensor]:
+    ids = {id(t) for t in chosen}
+    found = []
+    for t in list(_waiting.values()):
+        if t.device != device or id(t) in ids or as_buffer(t.uop) is not None:
+            continue
+        if t.uop.op is Ops.ASSIGN or (buffers_read(t.uop) & targets and not _is_view(t.uop)):
+            found.append(t)  # every pending write goes with the first schedule that writes in place
+    return found
+
+
+def settled(t: Tensor, view: UOp) -> UOp:
+    """What t holds once computed into view: the view, or REALIZED(view, graph) when autodiff may still need
+    the graph (t requires grad, or a forward-mode derivative is being taken). An in-place write keeps values,
+    not history (as torch's updates under no_grad)."""
+    from anneal import autograd
+
+    u = t.uop
+    if view is u or u.op is Ops.ASSIGN or not autograd.keeps_history(t):
+        return view
+    return UOp(Ops.REALIZED, u.dtype, (view, u))
+
+
+def realize_all(tensors: Sequence[Tensor]) -> None:
+    """Compute every tensor, one schedule per device; each then reads its result buffer. In-place writes
+    among them first pull in every waiting tensor that still reads the old contents of their targets."""
+    by_device: dict[str, list[Tensor]] = {}
+    for t in tensors:
+        by_device.setdefault(t.device, []).append(t)
+    for device, ts in by_device.items():
+        targets = {as_buffer(t.uop.src[0]) for t in ts if t.uop.op is Ops.ASSIGN}
+        if targets:
+            ts = _readers_of(device, {b for b in targets if b is not None}, ts) + ts  # read before the writes
+        for t, view in zip(ts, realize(device, [t.uop for t in ts])):
+            t.uop = settled(t, view)

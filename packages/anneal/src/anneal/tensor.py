@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from anneal import random as _random
-from anneal.realize import as_buffer, buffer_view, realize
+from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
 from anneal.registry import resolve_device
 from anneal_ir import DType, Ops, UOp, dtypes, promote_types
 from anneal_ir.dtype import result_type_with_scalar, scalar_dtype
@@ -91,10 +91,16 @@ class Tensor:
             t.requires_grad = True
         return t
 
-    def _new(self, uop: UOp, *others: Tensor) -> Tensor:
-        """A result of an op on self (and others): requires grad if any input does, as torch."""
-        t = Tensor._from(uop, self.device)
-        t._requires_grad = self._requires_grad or any(o._requires_grad for o in others)
+    def _new(self, uop: UOp, *others: Tensor, device: str | None = None) -> Tensor:
+        """A result of an op on self (and others): requires grad if any input does, as torch. Such a result
+        reads trainable state, so it is computed before an in-place update overwrites what it reads; so is
+        anything derived from such a value or from a gradient."""
+        t = Tensor._from(uop, device or self.device)
+        if self._requires_grad or any(o._requires_grad for o in others):
+            t._requires_grad = True
+            wait_for_writes(t)
+        elif waits_for_writes(self) or any(waits_for_writes(o) for o in others):
+            wait_for_writes(t)  # derived from a gradient: computed before the update too
         return t
 
     # ---- autodiff ----
@@ -111,6 +117,7 @@ class Tensor:
         if value and not self._requires_grad:
             if as_buffer(self.uop) is None:  # a leaf needs its own node: lazy constants are shared
                 self.uop = Tensor(self.numpy(), self.dtype, self.device).uop
+            self.uop = plain_view(self.uop)  # a leaf has no history
             autograd.track_leaf(self)
         elif not value:
             autograd.untrack_leaf(self)
@@ -178,26 +185,41 @@ class Tensor:
     @staticmethod
     def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
              requires_grad: bool = False) -> Tensor:  # fmt: skip
-        data = _random.generator().random(_shape_arg(shape), dtype=np.float32)
-        return Tensor(data, dtype or dtypes.default_float, device, requires_grad)
+        """Uniform [0, 1), drawn on the device (anneal.random): fresh on every jit replay."""
+        dev = resolve_device(device or "auto")[0]
+        out = _random.uniform(_shape_arg(shape), dev).cast(dtype or dtypes.default_float)
+        return out.requires_grad_() if requires_grad else out
 
     @staticmethod
     def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
               requires_grad: bool = False) -> Tensor:  # fmt: skip
-        data = _random.generator().standard_normal(_shape_arg(shape), dtype=np.float32)
-        return Tensor(data, dtype or dtypes.default_float, device, requires_grad)
+        """Standard normal, drawn on the device (anneal.random)."""
+        dev = resolve_device(device or "auto")[0]
+        out = _random.normal(_shape_arg(shape), dev).cast(dtype or dtypes.default_float)
+        return out.requires_grad_() if requires_grad else out
 
     @staticmethod
     def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | str | None = None,
                 device: str | None = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
-        data = _random.generator().uniform(low, high, _shape_arg(shape)).astype(np.float32)
-        return Tensor(data, dtype or dtypes.default_float, device, requires_grad)
+        dev = resolve_device(device or "auto")[0]
+        out = (_random.uniform(_shape_arg(shape), dev) * (high - low) + low).cast(dtype or dtypes.default_float)
+        return out.requires_grad_() if requires_grad else out
 
     @staticmethod
-    def randint(low: int, high: int, size: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        data = _random.generator().integers(low, high, size=_shape_arg(size) if isinstance(size, (tuple, list))
-                                            else (size,))  # fmt: skip
-        return Tensor(data, dtype or dtypes.int64, device)
+    def randint(low: int, high: Any = None, size: Any = (), dtype: DType | str | None = None,
+                device: str | None = None) -> Tensor:  # fmt: skip
+        """Integers in [low, high) (torch's randint(low, high, size), or randint(high, size)), on the device."""
+        if high is None or isinstance(high, (tuple, list)):
+            low, high, size = 0, low, size if high is None else high
+        dev = resolve_device(device or "auto")[0]
+        shape = _shape_arg(size) if isinstance(size, (tuple, list)) else (size,)
+        return _random.integers(int(low), int(high), shape, dev).cast(dtype or dtypes.int64)
+
+    def rand_like(self, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.rand(*self.shape, dtype=dtype or self.dtype, device=self.device)
+
+    def randn_like(self, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.randn(*self.shape, dtype=dtype or self.dtype, device=self.device)
 
     def zeros_like(self, dtype: DType | str | None = None) -> Tensor:
         return Tensor.full(self.shape, 0, dtype or self.dtype, self.device)
@@ -242,7 +264,8 @@ class Tensor:
         return f"<Tensor {render_shape(self.shape)} {self.dtype.name} on {self.device}{grad}>"
 
     def realize(self) -> Tensor:
-        (self.uop,) = realize(self.device, [self.uop])
+        """Compute the value now. Autograd still sees how it was computed: backward() after a read works."""
+        realize_all([self])
         return self
 
     def numpy(self) -> np.ndarray:
@@ -282,8 +305,8 @@ class Tensor:
         out = self if dtype is None else self.cast(dtype)
         if device is not None:
             dev = resolve_device(device)[0]
-            if dev != out.device:
-                return Tensor(out.numpy(), out.dtype, dev, self.requires_grad)
+            if dev != out.device:  # lazy and differentiable: the gradient is copied back
+                return out._new(UOp(Ops.COPY, out.dtype, (out.uop,), (out.device, dev)), device=dev)
         return out
 
     def cpu(self) -> Tensor:
@@ -297,16 +320,23 @@ class Tensor:
             if x.shape != self.shape:
                 raise ValueError(f"assign: value of shape {value.shape} does not fit a tensor of shape {self.shape}")
         x = x.cast(self.dtype)
+        if x.device != self.device:
+            raise RuntimeError(f"assign: the value is on {x.device}, the tensor on {self.device}; move it with .to()")
         if self.uop.op is Ops.ASSIGN:  # a second write before realizing: into the same buffer, after the first
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop.src[0], x.uop))
         elif as_buffer(self.uop) is None:  # nothing realized to write into: just take the new value
             self.uop = x.uop
+            return self
         else:
-            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, x.uop))
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (plain_view(self.uop), x.uop))
+        wait_for_writes(self)  # a pending write: computed before anything overwrites what it reads
         return self
 
     def detach(self) -> Tensor:
-        return Tensor._from(UOp(Ops.DETACH, self.dtype, (self.uop,)), self.device)
+        t = Tensor._from(UOp(Ops.DETACH, self.dtype, (self.uop,)), self.device)
+        if self._requires_grad or waits_for_writes(self):
+            wait_for_writes(t)  # no gradient, but still a value of the parameters as they are now
+        return t
 
     def contiguous(self) -> Tensor:
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -485,6 +515,17 @@ class Tensor:
 
     def __xor__(self, o: Any) -> Tensor:
         return self._binary(Ops.XOR, o, "xor")
+
+    def __lshift__(self, o: Any) -> Tensor:
+        return self._shift(Ops.SHL, o, "lshift")
+
+    def __rshift__(self, o: Any) -> Tensor:
+        return self._shift(Ops.SHR, o, "rshift")
+
+    def _shift(self, op: Ops, o: Any, name: str) -> Tensor:
+        if not self.dtype.is_int:
+            raise TypeError(f"{name}: shifts need an integer tensor, got {self.dtype.name}")
+        return self._binary(op, o, name)
 
     def __invert__(self) -> Tensor:
         return self.logical_not() if self.dtype == dtypes.bool else self._binary(Ops.XOR, -1, "invert")

@@ -64,6 +64,14 @@ ASSETS: dict[str, Asset] = {
             "GPT-2 BPE merges",
         ),
         Asset(
+            "digits",
+            "https://raw.githubusercontent.com/scikit-learn/scikit-learn/1.5.2/sklearn/datasets/data/digits.csv.gz",
+            57_523,
+            "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22",
+            "digits/digits.csv.gz",
+            "UCI optdigits test set as scikit-learn bundles it: 1,797 8x8 digits, csv.gz",
+        ),
+        Asset(
             "cifar10",
             "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
             170_052_171,

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from anneal import random as _random
 from anneal.tensor import Tensor, cat, where
 from anneal.tensor import one_hot as _one_hot
 from anneal_ir import DType, dtypes
@@ -347,6 +348,26 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
 # ---- attention ----
 
 
+def mse_loss(input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,  # noqa: A002
+             reduction: str = "mean") -> Tensor:  # fmt: skip
+    """torch.nn.functional.mse_loss: the squared difference, averaged (or summed, or kept per element)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input.shape != target.shape:
+        raise ValueError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ "
+                         "(torch would broadcast with a warning; pass tensors of one shape)")  # fmt: skip
+    return _reduce_loss((input - target).square(), reduction, "mse_loss")
+
+
+def _reduce_loss(loss: Tensor, reduction: str, name: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:  # fmt: skip
@@ -375,13 +396,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     elif attn_mask is not None:
         scores = where(attn_mask, scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
     attn = scores.softmax(-1)
-    if dropout_p > 0.0:
-        if dropout_p >= 1.0:
-            attn = attn * 0.0
-        else:
-            keep = Tensor.rand(*attn.shape, device=attn.device) >= dropout_p
-            attn = where(keep, attn, 0.0) * (1.0 / (1.0 - dropout_p))
-    return attn.matmul(value)
+    return _random.dropout(attn, dropout_p).matmul(value)
 
 
 def _repeat_heads(x: Tensor, n: int) -> Tensor:
@@ -393,6 +408,13 @@ def _repeat_heads(x: Tensor, n: int) -> Tensor:
 
 
 # ---- activations ----
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
+    """torch.nn.functional.dropout; the mask is drawn on the device (anneal.random), fresh on every jit replay."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: probability has to be between 0 and 1, got {p}")
+    return _inplace(input, _random.dropout(input, p) if training else input, inplace)
 
 
 def _inplace(input: Tensor, out: Tensor, inplace: bool) -> Tensor:

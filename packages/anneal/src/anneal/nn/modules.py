@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from anneal.nn import functional as F
-from anneal.tensor import Tensor, where
+from anneal.tensor import Tensor
 from anneal_ir import DType, dtypes
 
 __all__ = [
@@ -184,7 +184,7 @@ class Module:
         """Move (to(device)) or cast floating point tensors (to(dtype)) in place, as torch.
 
         The Tensor objects are kept (an optimizer may already hold them); their data is replaced."""
-        from anneal.optim import realize_all
+        from anneal.realize import plain_view, realize_all
 
         dtype, device = kwargs.get("dtype"), kwargs.get("device")
         for a in args:  # the same reading of positional arguments as Tensor.to
@@ -199,7 +199,7 @@ class Module:
                 changed.append((t, new))
         realize_all([n for _, n in changed])
         for t, new in changed:
-            t.uop, t.device = new.uop, new.device
+            t.uop, t.device = plain_view(new.uop), new.device  # the same leaf, now reading the moved buffer
         return self
 
     def __repr__(self) -> str:
@@ -449,21 +449,6 @@ class BatchNorm2d(Module):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
-    """torch.nn.functional.dropout: zero each element with probability p and scale the rest by 1/(1-p).
-
-    The mask comes from anneal's generator (anneal.manual_seed reproduces it). Local because
-    anneal.nn.functional has no dropout yet."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: probability has to be between 0 and 1, got {p}")
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return x * 0.0
-    keep = Tensor.rand(*x.shape, device=x.device) >= p
-    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
-
-
 class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
@@ -472,7 +457,7 @@ class Dropout(Module):
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
-        return dropout(x, self.p, self.training)
+        return F.dropout(x, self.p, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

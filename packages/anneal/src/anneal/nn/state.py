@@ -92,7 +92,7 @@ def load_state_dict(module: Any, state: dict[str, Any], strict: bool = True) -> 
     Raises RuntimeError naming every missing and unexpected key (when strict) and every shape mismatch
     (always, as torch); nothing is loaded unless everything fits. The module's Tensor objects are kept,
     so an optimizer built on them stays valid."""
-    from anneal.optim import realize_all
+    from anneal.realize import plain_view, realize_all
 
     own = get_state_dict(module)
     missing = [k for k in own if k not in state]
@@ -118,7 +118,7 @@ def load_state_dict(module: Any, state: dict[str, Any], strict: bool = True) -> 
     for t, s in new:
         # the tensor object stays (an optimizer holds it) and reads the loaded buffer: no copy kernel. A leaf's
         # uop must be a buffer: it is. (A jit captured before the load would still read the old buffers.)
-        t.uop = s.uop
+        t.uop = plain_view(s.uop)
     return IncompatibleKeys(missing, unexpected)
 
 
@@ -127,6 +127,7 @@ def load_state_dict(module: Any, state: dict[str, Any], strict: bool = True) -> 
 _ST_DTYPES: dict[str, DType] = {
     "F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
     "I64": dtypes.int64, "I32": dtypes.int32, "I16": dtypes.int16, "I8": dtypes.int8, "U8": dtypes.uint8,
+    "U16": dtypes.uint16, "U32": dtypes.uint32, "U64": dtypes.uint64,
     "BOOL": dtypes.bool,
 }  # fmt: skip
 
