@@ -10,6 +10,7 @@ import torch
 import anneal
 import anneal.nn.functional as F
 from anneal import Tensor
+from anneal.data.testing import shared_data_dir
 from anneal.jit import jit
 from anneal_models import nanogpt
 from anneal_wgpu.testing import require_adapter
@@ -80,7 +81,8 @@ def test_to_between_cpu_and_webgpu_keeps_gradients_flowing() -> None:
 
 def test_dropout_training_matches_on_cpu_and_webgpu() -> None:
     """nanogpt with dropout: the same masks on both backends, so the same losses (to float rounding)."""
-    config = {**nanogpt.DEFAULTS, **nanogpt.PRESETS["tiny"], "dropout": 0.2}
+    text = shared_data_dir(__file__) / "tinyshakespeare" / "input.txt"  # the pinned copy beside the repository
+    config = {**nanogpt.DEFAULTS, **nanogpt.PRESETS["tiny"], "dropout": 0.2, "data": str(text)}
     losses = {}
     for device in ("cpu", "webgpu"):
         trainer = nanogpt.build(config, device)
