@@ -82,7 +82,7 @@ def report(name: str, ta: float, tt: float, work: float, unit: str, peak: float 
 def sweep(name: str, outputs: list, work: float, unit: str, top: int = 12) -> None:
     """Time every candidate strategy of each kernel of outputs with GPU timestamps (each checked against
     the heuristic's result first), fastest first: what ANNEAL_BEAM=N searches, all of it."""
-    from anneal_schedule.opt import candidate_opts, choose_opts
+    from anneal_schedule.heuristic import candidate_opts, choose_opts
     from anneal_wgpu.beam import agrees
 
     run = runner(DEVICE)
@@ -125,9 +125,7 @@ def sweep(name: str, outputs: list, work: float, unit: str, top: int = 12) -> No
 
 
 def _describe(opts: object) -> str:
-    o = opts  # KernelOpts
-    tile = f" tile={o.tile} upcast={o.upcast}" if o.strategy == "tile" else ""  # type: ignore[attr-defined]
-    return f"{o.strategy} local={o.local} width={o.width}{tile}"  # type: ignore[attr-defined]
+    return ", ".join(repr(o) for o in opts) or "no opts"  # type: ignore[attr-defined]
 
 
 def matmul(n: int, do_sweep: bool = False) -> dict:
@@ -271,6 +269,147 @@ def transformer_step(steps: int = 20, layers: int = 2, heads: int = 4, dim: int 
     return {"case": "transformer step", "anneal_ms": ta * 1e3, "torch_ms": tt * 1e3}
 
 
+# ---- issue 8's cases: forward + backward of what models are made of, jitted, a random upstream gradient ----
+
+
+def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, tuple[int, ...]], flops: float,
+            runs: int = 10) -> dict:  # fmt: skip
+    """Time the jitted forward + backward of build (inputs from shapes, each requiring grad) on anneal and on
+    torch; check the gradients agree (the GPU computed them right)."""
+    from anneal.jit import jit
+
+    rng = np.random.default_rng(0)
+    data = {k: (rng.standard_normal(v) * 0.5).astype(np.float32) for k, v in shapes.items()}
+    ins = {k: Tensor(v, device=DEVICE, requires_grad=True) for k, v in data.items()}
+    out_shape = tuple(build({k: torch.tensor(v) for k, v in data.items()}, "torch").shape)  # type: ignore[attr-defined]
+    upstream = rng.standard_normal(out_shape).astype(np.float32)
+    g = Tensor(upstream, device=DEVICE)
+
+    @jit
+    def step(grad: Tensor) -> list[Tensor]:
+        for t in ins.values():
+            t.grad = None
+        out = build(ins, "anneal")
+        out.backward(grad)  # type: ignore[attr-defined]
+        grads = [t.grad for t in ins.values()]
+        from anneal.optim import realize_all
+
+        realize_all(grads)  # type: ignore[arg-type]
+        return grads  # type: ignore[return-value]
+
+    got = [x.numpy() for x in step(g)]
+    step(g)
+    ta = timeit(lambda: step(g), sync, runs=runs)
+    tg = gpu_time(lambda: step(g))
+    slowest_kernels(step, lambda: step(g))
+    tins = {k: torch.tensor(v, device=TORCH, requires_grad=True) for k, v in data.items()}
+    tup = torch.tensor(upstream, device=TORCH)
+
+    def tstep() -> None:
+        for t in tins.values():
+            t.grad = None
+        build(tins, "torch").backward(tup)  # type: ignore[attr-defined]
+
+    tstep()
+    want = [t.grad.detach().cpu().numpy() for t in tins.values()]  # type: ignore[union-attr]
+    ok = all(np.allclose(a, b, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(b).max()))) for a, b in zip(got, want))
+    tt = timeit(tstep, torch_sync, runs=runs)
+    row = report(name, ta, tt, flops, "TFLOP/s" if flops > 1e9 else "GFLOP/s", tg=tg)
+    row["grads_agree"] = ok
+    print(f"{'':<34} gradients agree with torch: {ok}")
+    return row
+
+
+def slowest_kernels(jitted: object, call: Callable[[], object], top: int = 3) -> None:
+    """The slowest kernels of one replay (timestamp queries), with their ranges and opts."""
+    run = runner(DEVICE)
+    backend = run.backend
+    cap = getattr(jitted, "captured", None)
+    if cap is None or not backend.start_timing():
+        return
+    call()
+    times = backend.stop_timing()
+    kernels = [k for c in cap.calls for k in c.schedule.kernels]
+    for t, kern in sorted(zip(times, kernels), key=lambda tk: -tk[0])[:top]:
+        ends = [int(r.src[0].vmax) for r in kern.ast.toposort() if r.op.name == "RANGE"]
+        opts = getattr(run.programs[kern.ast.key].kernel, "strategy", "")[:110]
+        print(f"{'':<34}   {t * 1e3:7.3f} ms {kern.name} ranges {ends}: {opts}")
+
+
+def _linear_gelu(t: dict, lib: str) -> object:
+    import torch.nn.functional as TF
+
+    import anneal.nn.functional as AF
+
+    return (AF if lib == "anneal" else TF).gelu(t["x"] @ t["w"])
+
+
+def _matmul(t: dict, lib: str) -> object:
+    return t["x"] @ t["w"]
+
+
+def _layernorm_linear(t: dict, lib: str) -> object:
+    import torch.nn.functional as TF
+
+    import anneal.nn.functional as AF
+
+    f = AF if lib == "anneal" else TF
+    return f.layer_norm(t["x"], (t["x"].shape[-1],), t["g"], t["b"]) @ t["w"]
+
+
+def _sdpa(t: dict, lib: str) -> object:
+    import torch.nn.functional as TF
+
+    import anneal.nn.functional as AF
+
+    return (AF if lib == "anneal" else TF).scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True)
+
+
+def _conv(relu: bool) -> Callable[[dict, str], object]:
+    def build(t: dict, lib: str) -> object:
+        import torch.nn.functional as TF
+
+        import anneal.nn.functional as AF
+
+        f = AF if lib == "anneal" else TF
+        y = f.conv2d(t["x"], t["w"], padding=1)
+        return f.relu(y) if relu else y
+
+    return build
+
+
+def model_cases(quick: bool) -> list[dict]:
+    rows = 4096 if quick else 16384
+    batch = 128 if quick else 512
+    out = [
+        fwd_bwd("linear+GELU fwd+bwd", _linear_gelu, {"x": (rows, 384), "w": (384, 1536)}, 3 * 2 * rows * 384 * 1536),
+        fwd_bwd("matmul fwd+bwd", _matmul, {"x": (rows, 1536), "w": (1536, 384)}, 3 * 2 * rows * 1536 * 384),
+        fwd_bwd(
+            "layernorm+linear fwd+bwd",
+            _layernorm_linear,
+            {"x": (rows, 384), "g": (384,), "b": (384,), "w": (384, 1152)},
+            3 * 2 * rows * 384 * 1152,
+        ),  # fmt: skip
+        fwd_bwd(
+            "causal SDPA fwd+bwd",
+            _sdpa,
+            {"q": (64, 6, 256, 64), "k": (64, 6, 256, 64), "v": (64, 6, 256, 64)},
+            2.5 * 2 * 2 * 64 * 6 * 256 * 256 * 64,
+        ),  # fmt: skip
+        fwd_bwd(
+            "conv3x3+relu 3->64 fwd+bwd",
+            _conv(True),
+            {"x": (batch, 3, 32, 32), "w": (64, 3, 3, 3)},
+            3 * 2 * batch * 64 * 32 * 32 * 27,
+        ),  # fmt: skip
+    ]
+    for c_in, c_out, size in ((64, 128, 32), (128, 128, 16), (256, 256, 8)):  # ResNet-9's convolutions at batch 512
+        out.append(fwd_bwd(f"conv3x3 {c_in}->{c_out} @{size} fwd+bwd", _conv(False),
+                           {"x": (batch, c_in, size, size), "w": (c_out, c_in, 3, 3)},
+                           3 * 2 * batch * c_out * size * size * c_in * 9, runs=3))  # fmt: skip
+    return out
+
+
 def host_overhead(kernels: int = 200) -> dict:
     """A jit-replayed step of ~200 tiny kernels: microseconds of Python per kernel."""
     from anneal.jit import jit
@@ -305,7 +444,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--torch-device", default="cuda")
     p.add_argument("--sweep", action="store_true", help="time every candidate strategy of the first three cases")
-    p.add_argument("--only", default="", help="comma-separated cases: matmul,elementwise,softmax,overhead,steps")
+    p.add_argument("--only", default="",
+                   help="comma-separated cases: matmul,elementwise,softmax,overhead,steps,models")  # fmt: skip
     args = p.parse_args()
     global TORCH
     TORCH = args.torch_device
@@ -314,7 +454,8 @@ def main() -> None:
     backend = runner(DEVICE).backend
     print(f"anneal webgpu on {backend.adapter.info['device']} ({backend.adapter.info['backend_type']}); "
           f"torch {torch.__version__} on {torch.cuda.get_device_name() if TORCH == 'cuda' else TORCH}")  # fmt: skip
-    only = set(args.only.split(",")) if args.only else {"matmul", "elementwise", "softmax", "overhead", "steps"}
+    only = set(args.only.split(",")) if args.only else {"matmul", "elementwise", "softmax", "overhead", "steps",
+                                                          "models"}  # fmt: skip
     results = []
     if "matmul" in only:
         results.append(matmul(1024 if args.quick else 4096, args.sweep))
@@ -324,6 +465,8 @@ def main() -> None:
         results.append(softmax(4096, 4096 if args.quick else 8192, args.peak_gbs, args.sweep))
     if "overhead" in only:
         results.append(host_overhead())
+    if "models" in only:
+        results += model_cases(args.quick)
     if "steps" in only:
         for model in ("mlp", "conv"):
             results.append(training_step(model))

@@ -29,9 +29,13 @@ from torch_reference import torch_nanogpt  # noqa: E402 - the tests' nanoGPT ora
 def anneal_stepper(config: dict, device: str) -> tuple[float, Callable[[int], float], object]:
     """The anneal trainer after its first step (trace, schedule, compile: timed) and the jit's capture."""
     trainer = nanogpt.build(config, device)
+    spent = _time_compiles(device)
     t0 = time.perf_counter()
     trainer.step(0)
     first = time.perf_counter() - t0
+    if spent:
+        print(f"first step {first:.2f} s: rendering {spent['render']:.2f} s ({spent['renders']} kernels), "
+              f"programs built {spent['build']:.2f} s ({spent['builds']})")  # fmt: skip
     trainer.step(1)  # the jit's capture
     return first, trainer.step, trainer
 
@@ -56,6 +60,95 @@ def torch_stepper(config: dict, device: str, steps: int, vocab: int) -> Callable
     step(0)
     step(1)
     return step
+
+
+def _time_compiles(device: str) -> dict[str, float]:
+    """Count the time spent rendering kernels and building programs (WebGPU), for the first step's breakdown."""
+    if device != "webgpu":
+        return {}
+    import anneal_wgpu.runtime as rt
+
+    spent = {"render": 0.0, "renders": 0, "build": 0.0, "builds": 0}
+    render, build = rt.render_wgsl, rt.WebGPUBackend.build
+
+    def timed_render(*a: object, **k: object) -> object:
+        t0 = time.perf_counter()
+        try:
+            return render(*a, **k)  # type: ignore[arg-type]
+        finally:
+            spent["render"] += time.perf_counter() - t0
+            spent["renders"] += 1
+
+    def timed_build(self: object, *a: object, **k: object) -> object:
+        t0 = time.perf_counter()
+        try:
+            return build(self, *a, **k)  # type: ignore[arg-type]
+        finally:
+            spent["build"] += time.perf_counter() - t0
+            spent["builds"] += 1
+
+    rt.render_wgsl = timed_render  # type: ignore[assignment]
+    rt.WebGPUBackend.build = timed_build  # type: ignore[method-assign]
+    return spent
+
+
+FP32_PEAK = 66.9e12  # H200 fp32 (non-tensor-core) FLOP/s, for MFU
+
+
+def kernel_classes(trainer: object, device: str, step: int) -> None:
+    """GPU time of one jit-replayed step by kernel class (timestamp queries), and the step's MFU."""
+    from anneal.realize import runner
+
+    run = runner(device)
+    backend = run.backend
+    cap = trainer.jit.captured  # type: ignore[attr-defined]
+    kernels = [k for call in cap.calls for k in call.schedule.kernels]
+    if not getattr(backend, "start_timing", None) or not backend.start_timing():
+        print("kernel classes: the device has no timestamp queries")
+        return
+    trainer.step(step)  # type: ignore[attr-defined]
+    times = backend.stop_timing()
+    if len(times) < len(kernels):
+        print(f"kernel classes: {len(times)} timings for {len(kernels)} kernels")
+        return
+    classes: dict[str, list[float]] = {}
+    for kern, t in zip(kernels, times):
+        prog = run.programs[kern.ast.key]
+        described = getattr(getattr(prog, "kernel", None), "strategy", "")  # opts, or an older strategy label
+        if "STAGE" in described or described == "tile":
+            outer = sum(1 for n in kern.ast.toposort() if n.op.name == "RANGE" and n.arg[1] == "global") > 2
+            name = "attention (batched contractions)" if outer else "contractions"
+        elif "GROUP" in described or described == "group":
+            name = "row kernels and grouped reductions"
+        elif any(n.op.name == "REDUCE" for n in kern.ast.toposort()):
+            name = "other reductions"
+        else:
+            name = "elementwise"
+        classes.setdefault(name, []).append(t)
+    total = sum(times[: len(kernels)])
+    print(f"GPU time of one step: {total * 1e3:.1f} ms over {len(kernels)} kernels")
+    for name, ts in sorted(classes.items(), key=lambda kv: -sum(kv[1])):
+        print(f"  {name:<38} {sum(ts) * 1e3:7.1f} ms  {100 * sum(ts) / total:5.1f}%  ({len(ts)} kernels)")
+    by_class: dict[str, list[tuple[float, object]]] = {}
+    for kern, t in zip(kernels, times):
+        for name, ts in classes.items():
+            if t in ts:
+                by_class.setdefault(name, []).append((t, kern))
+                break
+    for name, rows in by_class.items():
+        print(f"  slowest {name}:")
+        for t, kern in sorted(rows, key=lambda tk: -tk[0])[:4]:
+            prog = run.programs[kern.ast.key]  # type: ignore[attr-defined]
+            ends = [int(r.src[0].vmax) for r in kern.ast.toposort() if r.op.name == "RANGE"]  # type: ignore[attr-defined]
+            described = getattr(getattr(prog, "kernel", None), "strategy", "")[:150]
+            print(f"    {t * 1e3:7.2f} ms {kern.name} ranges {ends}: {described}")  # type: ignore[attr-defined]
+
+
+def step_flops(config: dict, vocab: int) -> float:
+    """Training FLOPs of one step: 6 per parameter and token, plus attention's score and value products."""
+    d, layers, t, b = config["dim"], config["layers"], config["block"], config["batch"]
+    params = layers * 12 * d * d + vocab * d
+    return 6.0 * params * b * t + layers * 6.0 * 2 * b * t * t * d
 
 
 def interleaved(
@@ -83,8 +176,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10, help="steps per round")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (anneal, then torch)")
     p.add_argument("--train", action="store_true", help="run the preset's whole training and report val loss")
+    p.add_argument("--profile", action="store_true", help="GPU time by kernel class and MFU (timestamp queries)")
+    p.add_argument("--data", default=None, help="tinyshakespeare's input.txt (default: the cache)")
     args = p.parse_args()
-    config = {**nanogpt.DEFAULTS, **nanogpt.PRESETS[args.preset]}
+    config = {**nanogpt.DEFAULTS, **nanogpt.PRESETS[args.preset], **({"data": args.data} if args.data else {})}
     if args.train:
         trainer = nanogpt.build(config, args.device)
         t0 = time.perf_counter()
@@ -101,6 +196,11 @@ def main() -> None:
     rounds = interleaved(anneal_step, torch_step, args.steps, args.rounds)
     ours, theirs = (statistics.median(r[i] for r in rounds) for i in (0, 1))
     ratios = sorted(a / b for a, b in rounds)
+    if args.profile:
+        kernel_classes(trainer, args.device, 2 + args.steps * args.rounds)
+        flops = step_flops(config, vocab)
+        print(f"MFU (fp32 peak {FP32_PEAK / 1e12:.1f} TFLOP/s): anneal {flops / ours / FP32_PEAK:.1%}, "
+              f"torch {flops / theirs / FP32_PEAK:.1%}")  # fmt: skip
     print(f"nanogpt {args.preset} (batch {config['batch']}, block {config['block']}): anneal on {args.device}: first "
           f"step {first:.2f} s, {ours * 1e3:.1f} ms/step | torch on {args.torch_device}: {theirs * 1e3:.1f} ms/step | "
           f"ratio {statistics.median(ratios):.2f}x (median of {args.rounds} alternating rounds of {args.steps} steps; "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from anneal_ir import Ops, UOp, dtypes
-from anneal_schedule.opt import row_kernel
+from anneal_schedule.analysis import row_kernel
 from anneal_schedule.schedule import Scheduler, Slot, build_schedule, normalize
 
 F32 = dtypes.float32

@@ -162,7 +162,19 @@ def test_every_jvp_rule_is_exercised() -> None:
                Ops.FLIP, Ops.CONTIGUOUS, Ops.REDUCE_AXIS, Ops.REALIZED}  # fmt: skip
     covered.add(Ops.COPY)  # test_to_device.py: test_jvp_through_a_copy_between_devices
     # integer/bitwise ops and the other comparisons share zero_jvp with CMPLT/TRUNC/DETACH above
-    zero_like = {Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST}
+    zero_like = {
+        Ops.CMPNE,
+        Ops.CMPEQ,
+        Ops.IDIV,
+        Ops.MOD,
+        Ops.AND,
+        Ops.OR,
+        Ops.XOR,
+        Ops.SHL,
+        Ops.SHR,
+        Ops.BITCAST,
+        Ops.THREEFRY,
+    }
     ruled = {op for op in Ops if jvp_rules.rules_for(op)}
     assert ruled - covered - zero_like == set(), f"rules without a test case: {ruled - covered - zero_like}"
 

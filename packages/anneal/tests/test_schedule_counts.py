@@ -3,7 +3,7 @@
 The counts are the fusion contract: a change that splits a fused kernel fails here.
 Baselines (numpy backend): matmul+bias+relu 1, softmax 1, layernorm 1, an MLP forward
 one kernel per layer. Softmax and layernorm were 3 kernels each until row kernels (a reduction
-read through a broadcast, fused with its reader: anneal_schedule.opt.row_kernel); an
+read through a broadcast, fused with its reader: anneal_schedule.analysis.row_kernel); an
 improvement: the row is read from memory once instead of three times.
 """
 

@@ -113,7 +113,7 @@ jvp_rules = PatternMatcher([
     (UPat(Ops.ERF, name="ret"), erf_jvp),
     (UPat(Ops.RECIPROCAL, name="ret"), reciprocal_jvp),
     (UPat((Ops.TRUNC, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL,
-           Ops.SHR, Ops.BITCAST, Ops.DETACH), name="ret"), zero_jvp),
+           Ops.SHR, Ops.BITCAST, Ops.DETACH, Ops.THREEFRY), name="ret"), zero_jvp),
     (UPat(Ops.WHERE, name="ret"), where_jvp),
     (UPat(Ops.CAST, name="ret"), cast_jvp),
     (UPat((Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.COPY),

@@ -163,7 +163,7 @@ vjp_rules = PatternMatcher([
     (UPat(Ops.WHERE, name="ret"), where_vjp),
     (UPat(Ops.CAST, name="ret"), cast_vjp),
     (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
-           Ops.BITCAST), name="ret"), no_gradient),
+           Ops.BITCAST, Ops.THREEFRY), name="ret"), no_gradient),
     (UPat(Ops.RESHAPE, name="ret"), reshape_vjp),
     (UPat(Ops.PERMUTE, name="ret"), permute_vjp),
     (UPat(Ops.EXPAND, name="ret"), expand_vjp),

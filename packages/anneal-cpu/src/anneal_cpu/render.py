@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from anneal_ir import DType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 from anneal_ir.sint import sint, size_code, variables
+from anneal_schedule.decompose import decompose
 
 Affine = tuple[dict[int, int], int]  # {axis: coefficient}, offset
 
@@ -332,7 +333,7 @@ split_sums = PatternMatcher([(UPat(Ops.REDUCE, name="r"), _split_sum)], "split_s
 
 def prepare(ast: UOp) -> UOp:
     """The kernel as both CPU renderers take it (the same rewrites, so both compute a value the same way)."""
-    return graph_rewrite(ast, split_sums, name="split_sums")
+    return graph_rewrite(decompose(ast, frozenset({Ops.THREEFRY})), split_sums, name="split_sums")
 
 
 def render(name: str, ast: UOp) -> str:

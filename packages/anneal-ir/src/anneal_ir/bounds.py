@@ -101,6 +101,7 @@ _RULES = {
     Ops.DEFINE_VAR: lambda u: (u.arg[1], u.arg[2]),
     Ops.BIND: lambda u: (u.src[1].arg, u.src[1].arg),
     Ops.RANGE: lambda u: (0, u.src[0].vmax - 1),
+    Ops.SPECIAL: lambda u: (0, u.arg[1] - 1),
     Ops.ADD: lambda u: (u.src[0].vmin + u.src[1].vmin, u.src[0].vmax + u.src[1].vmax),
     Ops.MUL: lambda u: _corners(u.src[0], u.src[1], lambda x, y: 0 if 0 in (x, y) else x * y),
     Ops.NEG: lambda u: (-u.src[0].vmax, -u.src[0].vmin),

@@ -29,6 +29,7 @@ class Ops(Enum):
     SHL = auto()
     SHR = auto()
     WHERE = auto()
+    THREEFRY = auto()  # src: (key0, key1, counter0, counter1) uint32; arg: which output word (0, 1): random bits
     CAST = auto()
     BITCAST = auto()
     # -- leaves --
@@ -53,9 +54,11 @@ class Ops(Enum):
     COPY = auto()  # src: (value,); arg: (from device, to device): the value moved to another device
     # -- kernel level --
     DEFINE_GLOBAL = auto()  # arg: slot number of a kernel argument buffer
-    RANGE = auto()  # src: (end,); arg: (axis id, kind); a loop index 0..end-1
+    DEFINE_LOCAL = auto()  # src: (value, *tile ranges); arg: (slot, size): a tile in workgroup memory
+    SPECIAL = auto()  # arg: (name, extent): the workgroup's index ("w") or the invocation's in it ("lid")
+    RANGE = auto()  # src: (end,); arg: (id, kind[, origin id, stride]); an index 0..end-1 (anneal_schedule.opt)
     LOAD = auto()  # src: (DEFINE_GLOBAL, index[, valid]); reads 0 where not valid
-    STORE = auto()  # src: (DEFINE_GLOBAL, index, value)
+    STORE = auto()  # src: (DEFINE_GLOBAL, index, value[, valid]): a store only where valid holds
     REDUCE = auto()  # src: (value, *ranges); arg: Ops.ADD | Ops.MAX
     SINK = auto()  # groups outputs; the root of every graph handed to a pass
     KERNEL = auto()  # arg: the kernel AST (a SINK of STOREs); src: the buffers it touches
@@ -67,7 +70,7 @@ class GroupOp:
                         Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})  # fmt: skip
     Ternary = frozenset({Ops.WHERE})
     ALU = Unary | Binary | Ternary
-    Elementwise = ALU | frozenset({Ops.CAST, Ops.BITCAST})
+    Elementwise = ALU | frozenset({Ops.CAST, Ops.BITCAST, Ops.THREEFRY})
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})

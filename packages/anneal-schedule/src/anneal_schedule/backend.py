@@ -21,6 +21,7 @@ class Limits:
     max_workgroups_per_dim: int = 1 << 31
     max_binding_size: int = 1 << 62
     f16: bool = True
+    parallel: int = 0  # workgroups that fill the device: reductions with fewer are split (anneal_schedule.split)
 
 
 @runtime_checkable
@@ -53,7 +54,8 @@ class Backend(Protocol):
     def synchronize(self) -> None: ...
 
 
-# Optional: ``flush_soon()`` starts the device on the runs recorded so far without waiting, or soon
-# (the Runner calls it after each schedule); for ANNEAL_DEBUG=2, ``start_timing() -> bool`` (False: no device
-# timestamps) and ``stop_timing() -> list[float]``, the device seconds of each run() since
-# start_timing, in order.
+# Optional: ``prepare(kernels)`` gets the (name, ast) of every kernel a schedule will compile, before the
+# first is compiled (the WebGPU backend renders them in parallel); ``flush_soon()`` starts the device on the
+# runs recorded so far without waiting, or soon (the Runner calls it after each schedule); for
+# ANNEAL_DEBUG=2, ``start_timing() -> bool`` (False: no device timestamps) and ``stop_timing() ->
+# list[float]``, the device seconds of each run() since start_timing, in order.

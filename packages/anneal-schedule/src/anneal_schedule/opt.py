@@ -1,295 +1,312 @@
-"""The kernel optimizer: which parallel strategy a kernel gets, as data a renderer follows.
+"""Kernel opts: transformations of a kernel's ranges, as data (tinygrad's Opt / apply_opt).
 
-Three strategies, each a way of splitting the kernel's ranges over the device:
+A scheduled kernel has ranges of two kinds: "global" (the output's) and "reduce" (closed by a
+REDUCE). An opt splits one range r of extent E into an outer part, which keeps r's id and kind,
+and an inner part of ``amount`` values and a new kind:
 
-* ``flat``: one invocation per output element (global ranges folded into one index),
-  ``local`` invocations per workgroup. Elementwise kernels and small reductions. With
-  ``width`` 4 an invocation computes four neighbouring elements of the innermost output
-  range as WGSL vec4 values (vec4 loads and stores where the index is contiguous and
-  16-byte aligned).
-* ``group``: one workgroup per *row*: the global ranges the kernel's reductions depend on.
-  Its invocations split each reduction range and combine partial results in workgroup
-  memory (a tree), keeping every result for the whole workgroup; then they stride over the
-  remaining global ranges (the row's elements) and store. Row reductions (sum, max) and
-  "row kernels" (``row_kernel``): a reduction read through a broadcast, fused with its
-  reader, as in a one-kernel softmax or layernorm.
-* ``tile``: a matmul-like kernel (a sum over k of a product of two operands, one not
-  depending on n, the other not on m) computes TM x TN output tiles per workgroup, staging
-  TK-deep slices of both operands in workgroup memory; each invocation accumulates an
-  RM x RN register tile (upcast). The rest of the expression (bias, activation) runs as an
-  epilogue on the accumulators.
+    r = outer * amount + inner          (outer has ceil(E / amount) values)
 
-``choose_opts`` is the hand-written heuristic; it reads the device limits, never constants
-of one GPU. ``candidate_opts`` lists what a BEAM search times. A row kernel never gets
-``flat`` (nor ``tile``): that would recompute its reductions once per output element.
+A split that does not divide E guards what it adds: loads are gated and the store (or the
+reduction's term) is dropped where outer * amount + inner >= E. The kinds an opt makes:
+
+=========  ============  ================================================================
+opt        splits        the inner part
+=========  ============  ================================================================
+LOCAL      global        runs across a workgroup's invocations
+UPCAST     global        is unrolled: one invocation computes every value (a register tile)
+VECTOR     any           is four lanes of one vec4 value (amount 4)
+UNROLL     reduce        is unrolled inside the reduction's loop
+GROUP      reduce        is shared among the workgroup's invocations, combined in workgroup memory
+LOOP       global        (no split) the whole range is iterated inside each invocation
+MERGE      all globals   (no split) they become one range, the flat index (axis: unused)
+STAGE      --            the contraction's operand ``axis`` (0: a, 1: b) is computed once per
+                         element of its tile into workgroup memory, then read from there
+INNER      unroll        (of reduce range ``axis``) the outer part becomes a loop inside the staged
+                         tile's step: TK-deep tiles without unrolling all TK values
+=========  ============  ================================================================
+
+An opt names its range by id (``RANGE.arg[0]``): opts made for a kernel replay on it exactly, so
+a list of opts is what the heuristic picks, BEAM searches and caches. ``apply_opts`` returns the
+transformed kernel; ``anneal_schedule.lower`` turns it into a program.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any
 
-from anneal_ir import Ops, UOp
-from anneal_schedule.backend import Limits
+from anneal_ir import Ops, UOp, dtypes
+from anneal_schedule.analysis import const_extent, kind, ranges_of
+from anneal_schedule.simplify import simplify_kernel
+
+INDEX = dtypes.int64
+
+
+class OptOps(Enum):
+    LOCAL = auto()
+    UPCAST = auto()
+    VECTOR = auto()
+    UNROLL = auto()
+    GROUP = auto()
+    LOOP = auto()
+    MERGE = auto()
+    STAGE = auto()
+    INNER = auto()
 
 
 @dataclass(frozen=True)
-class Contraction:
-    """The parts of a matmul-like kernel."""
+class Opt:
+    op: OptOps
+    axis: int = 0  # the range's id (STAGE: the operand, 0 or 1; MERGE: unused)
+    amount: int = 0
 
-    reduce: UOp  # the REDUCE(ADD) node
-    k: tuple[UOp, ...]  # its ranges (several: a reduction over batch and time), flattened in order
-    a: UOp  # factor depending on m (and k), not on n
-    b: UOp  # factor depending on n (and k), not on m
-    m: UOp  # global range of the output rows
-    n: UOp  # global range of the output columns
+    def __repr__(self) -> str:
+        return f"{self.op.name}({self.axis}{f', {self.amount}' if self.amount else ''})"
 
+    def as_data(self) -> list[Any]:
+        return [self.op.name, self.axis, self.amount]
 
-@dataclass(frozen=True)
-class KernelOpts:
-    strategy: str  # "flat", "group" or "tile"
-    local: int  # invocations per workgroup
-    tile: tuple[int, int, int] = (0, 0, 0)  # TM, TN, TK (strategy "tile")
-    upcast: tuple[int, int] = (1, 1)  # RM, RN register tile per invocation (strategy "tile")
-    contraction: Contraction | None = None
-    width: int = 1  # 4: vec4 values along the innermost range ("flat"), vec4 shared-memory tiles ("tile")
+    @staticmethod
+    def from_data(d: list[Any]) -> Opt:
+        return Opt(OptOps[d[0]], int(d[1]), int(d[2]))
 
 
-def ranges_of(ast: UOp) -> dict[UOp, frozenset[UOp]]:
-    """For every node, the RANGEs it varies with (a REDUCE closes its own)."""
-    out: dict[UOp, frozenset[UOp]] = {}
+class OptError(ValueError):
+    """An opt that does not apply to the kernel (no such range, wrong kind, too large)."""
+
+
+_SPLITS = {
+    OptOps.LOCAL: (("global",), "local"),
+    OptOps.UPCAST: (("global",), "upcast"),
+    OptOps.VECTOR: (("global", "local", "loop", "reduce", "group"), "vector"),
+    OptOps.UNROLL: (("reduce",), "unroll"),
+    OptOps.GROUP: (("reduce",), "group"),
+}
+
+
+def origin(r: UOp) -> int:
+    """The id of the range as scheduled that r is a part of."""
+    return int(r.arg[2]) if len(r.arg) > 2 else int(r.arg[0])
+
+
+def stride(r: UOp) -> int:
+    """r's step inside the range it was split from (1 for a range as scheduled)."""
+    return int(r.arg[3]) if len(r.arg) > 3 else 1
+
+
+def make_range(end: Any, rid: int, kind_: str, origin_: int, stride_: int) -> UOp:
+    end_u = end if isinstance(end, UOp) else UOp.const(INDEX, end)
+    return UOp(Ops.RANGE, INDEX, (end_u,), (rid, kind_, origin_, stride_))
+
+
+def _ranges(ast: UOp) -> list[UOp]:
+    return sorted((n for n in ast.toposort() if n.op is Ops.RANGE), key=lambda r: r.arg[0])
+
+
+def _find(ast: UOp, rid: int) -> UOp:
+    for r in _ranges(ast):
+        if r.arg[0] == rid:
+            return r
+    raise OptError(f"no range {rid} in the kernel")
+
+
+def _identity(red: UOp) -> UOp:
+    if red.arg is Ops.ADD:
+        return UOp.const(red.dtype, 0)
+    if red.dtype.is_float:
+        return UOp.const(red.dtype, -math.inf)
+    if red.dtype == dtypes.bool:
+        return UOp.const(red.dtype, False)
+    return UOp.const(red.dtype, -(2 ** (8 * red.dtype.itemsize - 1)) if not red.dtype.is_unsigned else 0)
+
+
+def _gate(ast: UOp, old: UOp, parts: tuple[UOp, ...], expr: UOp, guard: UOp | None) -> UOp:
+    """ast with range old replaced by expr over parts: a REDUCE over old reduces over the parts, and a guard
+    (where expr runs past old's extent) gates every load, the store and the reduction's terms."""
+    deps = ranges_of(ast)
+    done: dict[UOp, UOp] = {old: expr}
     for n in ast.toposort():
-        if n.op is Ops.RANGE:
-            out[n] = frozenset({n})
-        elif n.op is Ops.REDUCE:
-            out[n] = out[n.src[0]] - frozenset(n.src[1:])
-        else:
-            out[n] = frozenset().union(*(out[s] for s in n.src))
-    return out
+        if n in done:
+            continue
+        src = tuple(done.get(s, s) for s in n.src)
+        if n.op is Ops.REDUCE and old in n.src[1:]:
+            ranges: list[UOp] = []
+            for s in n.src[1:]:
+                ranges.extend(parts if s is old else (done.get(s, s),))
+            value = src[0] if guard is None else UOp(Ops.WHERE, n.dtype, (guard, src[0], _identity(n)))
+            done[n] = n.replace(src=(value, *ranges))
+            continue
+        if guard is not None and old in deps[n] and n.op in (Ops.LOAD, Ops.STORE):
+            gate = src[2] if n.op is Ops.LOAD and len(src) == 3 else src[3] if len(src) == 4 else None
+            gate = guard if gate is None else gate.logical_and(guard)
+            src = (*src[:2], gate) if n.op is Ops.LOAD else (*src[:3], gate)
+        done[n] = n if src == n.src else n.replace(src=src)
+    return done[ast]
 
 
-def _end(r: UOp) -> int:
-    """A range's extent for the heuristics (a symbolic one at its upper bound)."""
-    return int(r.src[0].vmax)
+def _split(ast: UOp, opt: Opt) -> UOp:
+    kinds, new_kind = _SPLITS[opt.op]
+    r = _find(ast, opt.axis)
+    if kind(r) not in kinds:
+        raise OptError(f"{opt!r}: range {opt.axis} is {kind(r)}, the opt splits {'/'.join(kinds)} ranges")
+    return split_range(ast, r, 4 if opt.op is OptOps.VECTOR else opt.amount, kind(r), new_kind, opt)
 
 
-def find_contraction(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> Contraction | None:
-    reduces = [n for n in ast.toposort() if n.op is Ops.REDUCE]
-    if len(reduces) != 1:
-        return None
-    red = reduces[0]
-    if red.arg is not Ops.ADD or red.src[0].op is not Ops.MUL:
-        return None
-    k = tuple(red.src[1:])
-    a, b = red.src[0].src
-    da, db = deps[a] - set(k), deps[b] - set(k)
-    if not all(r in deps[a] and r in deps[b] for r in k):
-        return None
-    only_a, only_b = sorted(da - db, key=_end), sorted(db - da, key=_end)
-    if not only_a or not only_b:
-        return None
-    return Contraction(red, k, a, b, only_a[-1], only_b[-1])
+def _inner(ast: UOp, opt: Opt) -> UOp:
+    """The unrolled part of reduce range opt.axis becomes a loop of its own (kind inner: it belongs to a staged
+    tile, so a step of it reads the tile the outer step filled) around amount unrolled values."""
+    r = _find(ast, opt.axis)
+    unrolled = [u for u in _ranges(ast) if kind(u) == "unroll" and origin(u) == origin(r)]
+    if kind(r) != "reduce" or len(unrolled) != 1:
+        raise OptError(f"{opt!r}: range {opt.axis} is not a reduce range with one unrolled part")
+    return split_range(ast, unrolled[0], opt.amount, "inner", "unroll", opt)
 
 
-def global_ranges(deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
-    """The kernel's output ranges, outermost first (the last one is the store's innermost dimension)."""
-    return sorted((n for n in deps if n.op is Ops.RANGE and n.arg[1] == "global"), key=lambda r: r.arg[0])
+def split_range(ast: UOp, r: UOp, amount: int, outer_kind: str, new_kind: str, opt: Opt) -> UOp:
+    """r = outer * amount + inner: the outer part keeps r's id (and takes outer_kind), the inner one is new."""
+    end = const_extent(r)
+    if amount < 2:
+        raise OptError(f"{opt!r}: an amount of at least 2 is needed")
+    if opt.op is OptOps.VECTOR and (end is None or end % 4):
+        raise OptError(f"{opt!r}: vec4 lanes need a constant extent that is a multiple of 4, got {r.src[0]}")
+    if end is None and opt.op not in (OptOps.LOCAL, OptOps.GROUP):
+        raise OptError(f"{opt!r}: range {r.arg[0]} has a symbolic extent (only LOCAL and GROUP split one)")
+    if end is not None and amount > end and opt.op not in (OptOps.LOCAL, OptOps.GROUP):
+        raise OptError(f"{opt!r}: range {r.arg[0]} has only {end} values")
+    new_id = max(x.arg[0] for x in _ranges(ast)) + 1
+    outer_n: Any = -(-end // amount) if end is not None else simplify_kernel((r.src[0] + (amount - 1)) // amount)
+    outer = make_range(outer_n, r.arg[0], outer_kind, origin(r), stride(r) * amount)
+    inner = make_range(amount, new_id, new_kind, origin(r), stride(r))
+    single = isinstance(outer_n, int) and outer_n == 1
+    expr = inner if single else outer * amount + inner
+    guard = None if end is not None and end % amount == 0 else expr < r.src[0]
+    parts = (inner,) if single else (outer, inner)
+    return _gate(ast, r, parts, expr, guard)
 
 
-@dataclass(frozen=True)
-class RowKernel:
-    """A kernel whose reductions all depend on the same strict subset of its global ranges (the rows)."""
-
-    rows: tuple[UOp, ...]  # global ranges the reductions depend on: one workgroup per combination
-    inner: tuple[UOp, ...]  # the other global ranges: the workgroup's invocations stride over them
-    reduces: tuple[UOp, ...]  # the reductions computed once per workgroup (outside any other reduction's loop)
-
-
-def top_reduces(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
-    """The REDUCEs outside every other reduction's loop (they depend on global ranges only), in order."""
-    g = frozenset(global_ranges(deps))
-    return [n for n in ast.toposort() if n.op is Ops.REDUCE and deps[n] <= g]
+def _loop(ast: UOp, opt: Opt) -> UOp:
+    r = _find(ast, opt.axis)
+    if kind(r) != "global":
+        raise OptError(f"{opt!r}: range {opt.axis} is {kind(r)}, LOOP takes a global range")
+    looped = make_range(r.src[0], r.arg[0], "loop", origin(r), stride(r))
+    return _gate(ast, r, (looped,), looped, None)
 
 
-def row_kernel(ast: UOp, deps: dict[UOp, frozenset[UOp]] | None = None) -> RowKernel | None:
-    """The rows/inner split of a kernel that reads its reductions through a broadcast (softmax in one
-    kernel: the row max and the row sum depend on the row only, the output on the row and the column)."""
-    deps = deps if deps is not None else ranges_of(ast)
-    globals_ = global_ranges(deps)
-    top = top_reduces(ast, deps)
-    if not top:
-        return None
-    rows = deps[top[0]]
-    if any(deps[t] != rows for t in top) or rows == frozenset(globals_):
-        return None
-    return RowKernel(tuple(r for r in globals_ if r in rows), tuple(r for r in globals_ if r not in rows), tuple(top))
+def _merge(ast: UOp) -> UOp:
+    """Every global range becomes part of one flat index: range i is flat // stride_i % extent_i."""
+    globals_ = [r for r in _ranges(ast) if kind(r) == "global"]
+    if len(globals_) < 2:
+        return ast
+    ends = [r.src[0] for r in globals_]
+    total = ends[0]
+    for e in ends[1:]:
+        total = total * e
+    flat = make_range(simplify_kernel(total), globals_[0].arg[0], "global", globals_[0].arg[0], 1)
+    mapping: dict[UOp, UOp] = {}
+    step: UOp | int = 1
+    for r, e in zip(reversed(globals_), reversed(ends)):
+        q = flat if isinstance(step, int) and step == 1 else flat // step
+        mapping[r] = q if r is globals_[0] else q % e
+        step = e if isinstance(step, int) and step == 1 else step * e
+    return substitute(ast, mapping)
 
 
-ROW_KERNEL_MIN_ROWS = 32  # fewer rows than this leave a GPU idle: fuse only small kernels then
-ROW_KERNEL_SMALL = 65536  # output elements of a kernel small enough to fuse regardless
+def _stage(ast: UOp, opt: Opt) -> UOp:
+    """Replace operand opt.axis of the kernel's contraction by a read of its tile in workgroup memory.
 
-
-def fusable_reductions(ast: UOp) -> bool:
-    """May a kernel that reads a reduction through a broadcast keep it fused? (the scheduler asks)
-
-    Yes when every reduction varies with every output element (nothing is recomputed), or when it
-    is a row kernel whose reductions each run once per workgroup: they read data of their own row
-    only (never a whole matmul operand again for every row), the innermost output range is not a
-    row range (the row's elements are contiguous), and there are enough rows to fill a device."""
+    The tile is the operand's value for every combination of its ranges that vary within one
+    workgroup and one step of the reduction's loop (local, upcast, vector, unroll, inner); the lowering
+    fills it cooperatively, before the reads, once per step of the loops around it."""
+    reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and n.arg is Ops.ADD]
+    contraction = [r for r in reds if _product(r) is not None]
+    if len(contraction) != 1:
+        raise OptError(f"{opt!r}: the kernel has no single contraction to stage")
+    red = contraction[0]
+    product = _product(red)
+    assert product is not None
+    if opt.axis not in (0, 1):
+        raise OptError(f"{opt!r}: the operand is 0 (a) or 1 (b)")
+    operand = product.src[opt.axis]
     deps = ranges_of(ast)
-    globals_ = global_ranges(deps)
-    g = frozenset(globals_)
-    reduces = [n for n in deps if n.op is Ops.REDUCE]
-    if all(g <= deps[n] for n in reduces):
-        return True
-    rk = row_kernel(ast, deps)
-    if rk is None or globals_[-1] in rk.rows:
-        return False
-    rows = frozenset(rk.rows)
-    if not all(rows <= deps[n] for n in reduces):  # a nested reduction must not be recomputed per row either
-        return False
-    for t in rk.reduces:
-        for n in t.src[0].toposort():
-            if n.op is Ops.LOAD and not deps[n] <= g and not rows <= deps[n]:
-                return False
-    n_rows = total = 1
-    for r in globals_:
-        total *= _end(r)
-        n_rows *= _end(r) if r in rows else 1
-    return n_rows >= ROW_KERNEL_MIN_ROWS or total <= ROW_KERNEL_SMALL
+    tile = _tile_order(
+        operand, [r for r in deps[operand] if kind(r) in ("local", "upcast", "vector", "unroll", "inner")]
+    )
+    if any(kind(r) == "group" for r in deps[operand]):
+        raise OptError(f"{opt!r}: an operand that varies across a reduction's group cannot be staged")
+    if not tile:
+        raise OptError(f"{opt!r}: the operand is the same for the whole workgroup: nothing to stage")
+    size = math.prod(int(r.src[0].arg) for r in tile)
+    slot = sum(1 for n in ast.toposort() if n.op is Ops.DEFINE_LOCAL)
+    buf = UOp(Ops.DEFINE_LOCAL, operand.dtype, (operand, *tile), (slot, size))
+    index: UOp | None = None
+    for r in tile:
+        index = r if index is None else index * int(r.src[0].arg) + r
+    assert index is not None
+    return substitute(ast, {operand: UOp(Ops.LOAD, operand.dtype, (buf, index))})
 
 
-MAX_ROW_QUADS = 8  # quads of a row an invocation keeps in registers (render_row_cached)
+def _tile_order(operand: UOp, ranges: list[UOp]) -> list[UOp]:
+    """A tile's layout: the parts of each range as scheduled together, outer parts first; the range whose
+    elements are contiguous in memory (a vector range's, else one the operand's loads step through by 1)
+    goes last, so the tile is filled, and read, four neighbours at a time."""
+    from anneal_schedule.lower import affine
+
+    groups: dict[int, list[UOp]] = {}
+    for r in ranges:
+        groups.setdefault(origin(r), []).append(r)
+    contiguous: set[int] = set()
+    memo: dict = {}
+    for n in operand.toposort():
+        if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL:
+            aff = affine(n.src[1], memo)
+            if aff is not None:
+                contiguous |= {origin(r) for r, c in aff[0].items() if abs(c) == 1 and r in ranges}
+
+    def last(o: int) -> int:
+        return 2 if any(kind(r) == "vector" for r in groups[o]) else 1 if o in contiguous else 0
+
+    order = sorted(groups, key=lambda o: (last(o), o))
+    return [r for o in order for r in sorted(groups[o], key=lambda r: -stride(r))]
 
 
-def single_extent(rk: RowKernel) -> int | None:
-    """The extent shared by a row kernel's passes when each reduction and the stores run over one range,
-    all of one constant extent (softmax, layernorm over the last axis): then each invocation can keep its
-    part of the row in registers across the passes."""
-    if len(rk.inner) != 1 or any(len(t.src) != 2 for t in rk.reduces):
-        return None
-    extents = {r.src[0] for r in (rk.inner[0], *(t.src[1] for t in rk.reduces))}
-    if len(extents) != 1:
-        return None
-    (end,) = extents
-    return int(end.arg) if end.op is Ops.CONST else None
+def _product(red: UOp) -> UOp | None:
+    """The MUL a sum reduces (under the guard of a split that does not divide), or None."""
+    v = red.src[0]
+    if v.op is Ops.WHERE and v.src[2].op is Ops.CONST:
+        v = v.src[1]
+    return v if v.op is Ops.MUL else None
 
 
-def vectorizable(r: UOp) -> bool:
-    """Can a range be split into quads (vec4 lanes)? Its extent must be a constant multiple of 4."""
-    return r.src[0].op is Ops.CONST and int(r.src[0].arg) % 4 == 0 and int(r.src[0].arg) > 0
+def apply_opt(ast: UOp, opt: Opt, simplify: bool = True) -> UOp:
+    if opt.op in _SPLITS:
+        out = _split(ast, opt)
+    elif opt.op is OptOps.LOOP:
+        out = _loop(ast, opt)
+    elif opt.op is OptOps.MERGE:
+        out = _merge(ast)
+    elif opt.op is OptOps.STAGE:
+        out = _stage(ast, opt)
+    elif opt.op is OptOps.INNER:
+        out = _inner(ast, opt)
+    else:  # pragma: no cover - every OptOps member is handled above
+        raise OptError(f"unknown opt {opt!r}")
+    return simplify_kernel(out) if simplify else out
 
 
-def _pow2_at_least(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+def apply_opts(ast: UOp, opts: tuple[Opt, ...] | list[Opt]) -> UOp:
+    """ast under every opt, in order, simplified once at the end."""
+    for opt in opts:
+        ast = apply_opt(ast, opt, simplify=False)
+    return simplify_kernel(ast) if opts else ast
 
 
-def tile_vectorizable(c: Contraction) -> bool:
-    """The vec4 tile kernel needs one k range and k, n extents that are constant multiples of 4."""
-    return len(c.k) == 1 and vectorizable(c.k[0]) and vectorizable(c.n)
-
-
-def choose_opts(ast: UOp, limits: Limits) -> KernelOpts:
-    """The heuristic: tile big contractions, group row kernels and big row reductions, flat for the rest."""
-    local = min(256, limits.max_workgroup_invocations, limits.max_workgroup_size[0])
-    deps = ranges_of(ast)
-    globals_ = global_ranges(deps)
-    outputs = 1
-    for r in globals_:
-        outputs *= _end(r)
-    rk = row_kernel(ast, deps)
-    if rk is not None:  # never flat: that would compute the row's reductions once per element
-        work = 1
-        for r in rk.inner:
-            work *= _end(r)
-        for red in rk.reduces:
-            size = 1
-            for r in red.src[1:]:
-                size *= _end(r)
-            work = max(work, size)
-        largest = min(1024, limits.max_workgroup_invocations, limits.max_workgroup_size[0])
-        extent = single_extent(rk)
-        if extent is not None:  # the row in registers (4 to 8 quads per invocation if the row allows)
-            fits = [n for n in (1024, 512, 256, 128, 64, 32) if n <= largest and extent % (4 * n) == 0]
-            fits = [n for n in fits if extent // (4 * n) <= MAX_ROW_QUADS]
-            if fits:
-                return KernelOpts("group", next((n for n in fits if extent // (4 * n) >= 4), fits[0]), width=4)
-        # about four quads (16 elements) per invocation and pass: 512 invocations for a row of 8192 (measured
-        # on an H200: 0.089 ms against 0.107 with 256), 64 for a row of 128
-        return KernelOpts("group", min(largest, 512, max(64, _pow2_at_least(work // 16))), width=4)
-    c = find_contraction(ast, deps)
-    k_size = 1
-    for r in c.k if c is not None else ():
-        k_size *= _end(r)
-    if c is not None and _end(c.m) >= 32 and _end(c.n) >= 32 and k_size >= 16:
-        big = _end(c.m) >= 128 and _end(c.n) >= 128 and outputs >= (1 << 20)
-        tm = tn = 128 if big else 64
-        if tile_vectorizable(c):
-            # vec4 shared-memory tiles, 8x4 outputs per invocation; on an H200 (4096^3) 64x128x32 ran at 32.5
-            # TFLOP/s, 128x128x16 with 8x8 at 30.9, the best scalar tile at 15 (benchmarks/RESULTS.md)
-            for tm_, tn_, tk in ((64, 128, 32), (64, 128, 16), (64, 64, 16)) if big else ((64, 64, 16), (32, 64, 16)):
-                threads = (tm_ // 8) * (tn_ // 4)
-                if threads <= limits.max_workgroup_invocations and (tm_ + tn_) * tk * 4 <= limits.max_shared_memory:
-                    return KernelOpts("tile", threads, (tm_, tn_, tk), (8, 4), c, width=4)
-        # TK=32 measured slower on an H200; for 128x128 tiles BEAM preferred an 8x4 register tile (512
-        # invocations) to 8x8 (256) there: benchmarks/RESULTS.md
-        tk, rm, rn = 16, tm // 16, tn // 16
-        if tm == 128 and limits.max_workgroup_invocations >= 512:
-            rn = 4
-        shared = (tm + 1 + tn) * tk * 4
-        if (tm // rm) * (tn // rn) <= limits.max_workgroup_invocations and shared <= limits.max_shared_memory:
-            return KernelOpts("tile", (tm // rm) * (tn // rn), (tm, tn, tk), (rm, rn), c)
-    reduces = [n for n in deps if n.op is Ops.REDUCE]
-    if reduces and limits.max_shared_memory >= local * 4 * len(reduces):
-        longest = 0
-        for red in reduces:
-            size = 1
-            for r in red.src[1:]:
-                size *= _end(r)
-            longest = max(longest, size)
-        if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
-            return KernelOpts("group", local, width=4)
-    # vec4 along the innermost output range: for elementwise kernels, and reductions with outputs to spare
-    wide = bool(globals_) and vectorizable(globals_[-1]) and (not reduces or outputs >= (1 << 18))
-    return KernelOpts("flat", local, width=4 if wide else 1)
-
-
-def candidate_opts(ast: UOp, limits: Limits) -> list[KernelOpts]:
-    """The heuristic's choice first, then the variants a BEAM search times on the device."""
-    first = choose_opts(ast, limits)
-    out = [first]
-    max_local = min(limits.max_workgroup_invocations, limits.max_workgroup_size[0])
-    locals_ = [n for n in (64, 128, 256, 512, 1024) if n <= max_local]
-    deps = ranges_of(ast)
-    if row_kernel(ast, deps) is not None:  # only group: flat would recompute the reductions per element
-        locals_ = [n for n in (32, *locals_) if n <= max_local]
-        out += [KernelOpts("group", n, width=w) for w in (4, 1) for n in locals_ if limits.max_shared_memory >= n * 4]
-        return _unique(out)
-    c = find_contraction(ast, deps)
-    if c is not None and first.strategy == "tile":
-        for tm, tn in ((64, 64), (128, 128), (128, 64), (64, 128), (32, 64)):
-            for tk in (8, 16, 32):
-                for rm, rn in ((4, 4), (8, 8), (8, 4), (4, 8)):
-                    threads = (tm // rm) * (tn // rn)
-                    if threads > max_local or threads < 32:
-                        continue
-                    if tile_vectorizable(c) and (tm + tn) * tk * 4 <= limits.max_shared_memory:
-                        out.append(KernelOpts("tile", threads, (tm, tn, tk), (rm, rn), c, width=4))
-                    if (tm + 1 + tn) * tk * 4 <= limits.max_shared_memory:
-                        out.append(KernelOpts("tile", threads, (tm, tn, tk), (rm, rn), c))
-    if first.strategy == "group" or any(n.op is Ops.REDUCE for n in deps):
-        out += [KernelOpts("group", n, width=4) for n in locals_ if limits.max_shared_memory >= n * 4]
-    globals_ = global_ranges(deps)
-    widths = (4, 1) if globals_ and vectorizable(globals_[-1]) else (1,)
-    out += [KernelOpts("flat", n, width=w) for w in widths for n in locals_]
-    return _unique(out)
-
-
-def _unique(opts: list[KernelOpts]) -> list[KernelOpts]:
-    unique: list[KernelOpts] = []
-    for o in opts:
-        if o not in unique:
-            unique.append(o)
-    return unique
+def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """root with each node in mapping replaced (sources first, unchanged nodes kept as they are)."""
+    done: dict[UOp, UOp] = dict(mapping)
+    for n in root.toposort():
+        if n not in done:
+            src = tuple(done.get(x, x) for x in n.src)
+            done[n] = n if src == n.src else n.replace(src=src)
+    return done[root]

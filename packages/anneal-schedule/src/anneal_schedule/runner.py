@@ -41,6 +41,7 @@ class Runner:
 
     def __post_init__(self) -> None:
         self.scheduler.max_buffers = self.backend.limits.max_buffers
+        self.scheduler.parallel = self.backend.limits.parallel
 
     def program(self, name: str, ast: UOp) -> Program:
         prog = self.programs.get(ast.key)
@@ -73,6 +74,11 @@ class Runner:
         return [slots[s] for s in sched.outputs]
 
     def run_kernels(self, sched: Schedule, slots: list[Buffer], var_values: dict[str, int]) -> None:
+        prepare = getattr(self.backend, "prepare", None)
+        if prepare is not None:  # a backend that compiles many kernels at once gets them together
+            new = {k.ast.key: (k.name, k.ast) for k in sched.kernels if k.ast.key not in self.programs}
+            if len(new) > 1:
+                prepare(list(new.values()))
         if self.debug >= 2:
             self._run_timed(sched, slots, var_values)
             return

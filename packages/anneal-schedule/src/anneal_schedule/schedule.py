@@ -14,9 +14,10 @@ from typing import Any
 
 from anneal_ir import DType, GroupOp, Ops, UOp, dtypes, graph_rewrite
 from anneal_ir.sint import record_bind, render_size, sint, variables
-from anneal_schedule.opt import fusable_reductions
+from anneal_schedule.analysis import fusable_reductions
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
 from anneal_schedule.simplify import simplify_kernel
+from anneal_schedule.split import split_reductions
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class Scheduler:
     """Creates schedules and caches them by the content hash of the normalized graph."""
 
     max_buffers: int = 1 << 30
+    parallel: int = 0  # the device's Limits.parallel: reductions with fewer workgroups are split
     cache_size: int = 256
     cache: OrderedDict[bytes, Schedule] = field(default_factory=OrderedDict)
     stats: ScheduleStats = field(default_factory=ScheduleStats)
@@ -132,7 +134,7 @@ class Scheduler:
             self.stats.hits += 1
             return self.cache[key], inputs, values
         self.stats.misses += 1
-        sched = build_schedule(sink, len(inputs), self.max_buffers)
+        sched = build_schedule(split_reductions(sink, self.parallel), len(inputs), self.max_buffers)
         self.cache[key] = sched
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)

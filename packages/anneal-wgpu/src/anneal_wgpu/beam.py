@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anneal_ir import Ops, UOp
-from anneal_schedule.opt import KernelOpts, candidate_opts, find_contraction, ranges_of
+from anneal_schedule.heuristic import candidate_opts
+from anneal_schedule.opt import Opt
 
 if TYPE_CHECKING:
     from anneal_wgpu.runtime import GPUBuffer, WebGPUBackend, WebGPUProgram
@@ -30,28 +31,29 @@ def reads_own_output(ast: UOp) -> bool:
 
 
 class BeamCache:
-    """Winners on disk: {"<adapter>|<kernel key>": [strategy, local, tile, upcast, width]} (width 1 when
-    an older cache has none)."""
+    """Winners on disk: {"<adapter>|<kernel key>": {"opts": [[op, axis, amount], ...]}}. Entries of another
+    form (an older cache's strategy labels) are ignored: the kernel is searched again."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.entries: dict[str, list[Any]] = {}
+        self.entries: dict[str, Any] = {}
         if path.exists():
             try:
                 self.entries = json.loads(path.read_text())
             except (OSError, ValueError):
                 self.entries = {}  # a damaged cache only costs a new search
 
-    def get(self, key: str, ast: UOp) -> KernelOpts | None:
+    def get(self, key: str, ast: UOp) -> tuple[Opt, ...] | None:
         found = self.entries.get(key)
-        if found is None:
+        if not isinstance(found, dict) or not isinstance(found.get("opts"), list):
             return None
-        strategy, local, tile, upcast, *rest = found
-        contraction = find_contraction(ast, ranges_of(ast)) if strategy == "tile" else None
-        return KernelOpts(strategy, local, tuple(tile), tuple(upcast), contraction, rest[0] if rest else 1)
+        try:
+            return tuple(Opt.from_data(o) for o in found["opts"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
-    def put(self, key: str, opts: KernelOpts) -> None:
-        self.entries[key] = [opts.strategy, opts.local, list(opts.tile), list(opts.upcast), opts.width]
+    def put(self, key: str, opts: tuple[Opt, ...]) -> None:
+        self.entries[key] = {"opts": [o.as_data() for o in opts]}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".beam")
         with os.fdopen(fd, "w") as f:
@@ -85,7 +87,8 @@ def _time(backend: WebGPUBackend, prog: WebGPUProgram, buffers: list[GPUBuffer],
     return (time.perf_counter() - t0) / reps
 
 
-def search(backend: WebGPUBackend, prog: WebGPUProgram, ast: UOp, buffers: list[GPUBuffer], width: int) -> KernelOpts:
+def search(backend: WebGPUBackend, prog: WebGPUProgram, ast: UOp, buffers: list[GPUBuffer],
+           width: int) -> tuple[Opt, ...]:  # fmt: skip
     """Time up to ``width`` candidates (the heuristic's first); return the fastest correct one."""
     out = buffers[0]
     candidates = candidate_opts(ast, backend.limits)[: max(width, 1)]

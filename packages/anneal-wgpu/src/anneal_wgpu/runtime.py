@@ -13,8 +13,11 @@ synchronize around each kernel where they are missing.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +28,13 @@ import numpy as np
 from anneal_ir import DType, UOp, dtypes
 from anneal_ir.settings import Settings
 from anneal_ir.sint import resolve
+from anneal_schedule.analysis import canonical
 from anneal_schedule.backend import Limits
-from anneal_schedule.opt import KernelOpts, choose_opts
+from anneal_schedule.heuristic import choose_opts
+from anneal_schedule.opt import Opt
 from anneal_wgpu.adapters import select_adapter
 from anneal_wgpu.beam import BeamCache, reads_own_output, search
+from anneal_wgpu.kernel_cache import KernelCache
 from anneal_wgpu.render import Kernel, render_wgsl, storage_type
 
 _STORAGE_NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "u32": np.uint32}
@@ -41,6 +47,8 @@ class WebGPUError(RuntimeError):
 _buffer_ids = itertools.count()
 _program_ids = itertools.count()
 QUERIES_PER_SET = 4096  # WebGPU's limit on a query set's size: two timestamps per dispatch
+MAX_RENDER_PROCESSES = 8  # lowering a step's kernels in parallel: a first step takes seconds, not tens
+PARALLEL_WORKGROUPS = 512  # a few per core of a large GPU: reductions with fewer workgroups are split
 SUBMIT_EVERY = 64  # dispatches per submit at most (a long schedule starts running before it is all recorded)
 SUBMIT_SOON_DISPATCHES = 16  # flush_soon submits a schedule of this many dispatches at once
 SUBMIT_INTERVAL = 1e-3  # seconds: flush_soon submits fewer dispatches only this long after the last submit
@@ -65,6 +73,22 @@ class WebGPUProgram:
     ast: UOp
     tuned: bool = True  # False: ANNEAL_BEAM searches its strategy on the first run
     uid: int = field(default_factory=lambda: next(_program_ids))  # per pipeline; bind groups are cached by it
+
+
+# Kernels being rendered by forked workers: a fork shares them with the children, so nothing is pickled but
+# the index and the rendered kernel (deep kernel graphs would exceed pickle's recursion).
+_pending_renders: list[tuple[str, UOp, tuple[Opt, ...]]] = []
+
+
+def _render_pending(i: int) -> Kernel | None:
+    name, ast, opts = _pending_renders[i]
+    try:
+        return render_wgsl(name, ast, _render_f16[0], opts)
+    except Exception:  # build() renders it again and reports the error there, naming the kernel
+        return None
+
+
+_render_f16 = [False]
 
 
 def to_storage(data: np.ndarray, dtype: DType, storage: str) -> np.ndarray:
@@ -105,6 +129,7 @@ class WebGPUBackend:
         self.beam = settings.beam
         cache_root = Path(settings.cache_dir or Path.home() / ".cache" / "anneal")
         self.beam_cache = BeamCache(cache_root / "beam.json") if self.beam > 0 else None
+        self.kernel_cache = KernelCache(cache_root / "wgsl")
         self.wgpu = wgpu
         adapter = select_adapter()
         self.adapter = adapter
@@ -129,6 +154,7 @@ class WebGPUBackend:
             max_workgroups_per_dim=lim["max-compute-workgroups-per-dimension"],
             max_binding_size=lim["max-storage-buffer-binding-size"],
             f16=self.f16,
+            parallel=PARALLEL_WORKGROUPS,
         )
         self.workgroup = min(64, self.limits.max_workgroup_invocations)
         self.encoder: Any = None
@@ -232,7 +258,34 @@ class WebGPUBackend:
         return from_storage(arr, dtype)
 
     # ---- programs ----
+    def prepare(self, kernels: list[tuple[str, UOp]]) -> None:
+        """Render the kernels a schedule is about to compile, several at once (processes forked for the pure
+        Python lowering; the GPU is never touched there), into the kernel cache that build() reads."""
+        todo = []
+        for name, ast in kernels:
+            ast = canonical(ast)
+            opts = self.beam_cache.get(self._beam_key(ast), ast) if self.beam_cache is not None else None
+            opts = opts or choose_opts(ast, self.limits)
+            if self.kernel_cache.get(ast, opts, self.f16) is None:
+                todo.append((name, ast, opts))
+        workers = min(len(todo) // 2, os.cpu_count() or 1, MAX_RENDER_PROCESSES)
+        if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return
+        _pending_renders[:] = todo
+        _render_f16[0] = self.f16
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                kernels_out = pool.map(_render_pending, range(len(todo)), chunksize=1)
+        except Exception:  # a pool that cannot start only costs the serial renders build() does anyway
+            return
+        finally:
+            _pending_renders.clear()
+        for (_, ast, opts), kernel in zip(todo, kernels_out):
+            if kernel is not None:
+                self.kernel_cache.put(ast, opts, self.f16, kernel)
+
     def compile(self, name: str, ast: UOp) -> WebGPUProgram:
+        ast = canonical(ast)  # one contraction where the graph wrote nested or gated sums
         opts = None
         if self.beam_cache is not None:
             opts = self.beam_cache.get(self._beam_key(ast), ast)
@@ -241,8 +294,13 @@ class WebGPUBackend:
         prog.tuned = opts is not None or self.beam_cache is None or reads_own_output(ast) or bool(prog.kernel.variables)
         return prog
 
-    def build(self, name: str, ast: UOp, opts: KernelOpts) -> WebGPUProgram:
-        kernel = render_wgsl(name, ast, self.f16, self.workgroup, opts)
+    def build(self, name: str, ast: UOp, opts: tuple[Opt, ...]) -> WebGPUProgram:
+        kernel = self.kernel_cache.get(ast, opts, self.f16)
+        if kernel is None:
+            kernel = render_wgsl(name, ast, self.f16, opts)
+            self.kernel_cache.put(ast, opts, self.f16, kernel)
+        elif kernel.name != name:  # the same kernel under another name: the source names it in a comment only
+            kernel = dataclasses.replace(kernel, name=name)
         try:
             module = self.device.create_shader_module(code=kernel.source)
             pipeline = self.device.create_compute_pipeline(

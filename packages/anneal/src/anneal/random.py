@@ -32,14 +32,13 @@ import numpy as np
 
 from anneal_ir import Ops, UOp, dtypes
 from anneal_schedule.buffer import Buffer
+from anneal_schedule.decompose import threefry_rounds
 
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
 
 __all__ = ["fork_rng", "generator", "get_rng_state", "manual_seed", "set_rng_state", "threefry2x32"]
 
-ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)  # Threefry-2x32's rotation constants (Salmon et al., 2011)
-PARITY = 0x1BD11BDA  # the key schedule's parity constant
 MASK32 = 0xFFFFFFFF
 
 
@@ -160,23 +159,32 @@ def pending_writes(device: str) -> list[UOp]:
     return [UOp(Ops.ASSIGN, dtypes.uint32, (st.counter.view(()), advanced))]
 
 
-def _rotl(x: Tensor, r: int) -> Tensor:
-    return (x << r) | (x >> (32 - r))
-
-
 def threefry2x32(key: tuple[Any, Any], counter: tuple[Any, Any]) -> tuple[Any, Any]:
-    """Threefry-2x32-20 of counter words under key words; works on uint32 Tensors (broadcasting) and
-    numpy uint32 arrays alike, with the same wrapping arithmetic."""
-    k0, k1 = key
-    ks = (k0, k1, k0 ^ k1 ^ PARITY)
-    x0, x1 = counter[0] + ks[0], counter[1] + ks[1]
-    for r in range(20):
-        x0 = x0 + x1
-        x1 = _rotl(x1, ROTATIONS[r % 8]) ^ x0
-        if r % 4 == 3:  # key injection s after every four rounds
-            s = (r + 1) // 4
-            x0, x1 = x0 + ks[s % 3], x1 + ks[(s + 1) % 3] + s
-    return x0, x1
+    """Threefry-2x32-20 of counter words under key words. On uint32 Tensors (broadcasting) it is one graph
+    node per word (THREEFRY: the scheduler never splits a draw; anneal_schedule.decompose expands it in the
+    kernel); on numpy uint32 arrays it is computed here (the reference the tests check it against)."""
+    from anneal.tensor import Tensor
+
+    given = (*key, *counter)
+    if any(isinstance(w, Tensor) for w in given):
+        device = next(w.device for w in given if isinstance(w, Tensor))
+        words = [w if isinstance(w, Tensor) else Tensor(np.asarray(w, np.uint32), device=device) for w in given]
+        shape = _broadcast(*(w.shape for w in words))
+        args = [w.cast(dtypes.uint32)._broadcast_to(shape) for w in words]
+        srcs = tuple(t.uop for t in args)
+        return args[0]._new(UOp(Ops.THREEFRY, dtypes.uint32, srcs, 0)), args[0]._new(UOp(Ops.THREEFRY, dtypes.uint32,
+                                                                                     srcs, 1))  # fmt: skip
+
+    def rotl(x: np.ndarray, r: int) -> np.ndarray:
+        return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+    return threefry_rounds(*key, *counter, np.bitwise_xor, rotl, np.uint32)
+
+
+def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    from anneal.tensor import broadcast_shape
+
+    return broadcast_shape(*shapes, op="threefry")
 
 
 def bits(shape: tuple[int, ...], device: str) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,274 @@
+"""Which opts a kernel gets: the hand-written heuristic, and the candidates a BEAM search times.
+
+Every choice is a list of ``Opt`` (anneal_schedule.opt), read from the device's limits, never from
+constants of one GPU. The shapes of kernel it knows:
+
+* a **contraction** (a sum over k of a product of a, varying with rows m, and b, with columns n)
+  is tiled: each workgroup computes TM x TN outputs, each invocation an RM x RN register tile
+  (LOCAL + UPCAST on a row and a column range, the columns as vec4 lanes where they allow), the
+  innermost k range is unrolled TK deep and both operands are staged in workgroup memory one k
+  step at a time (STAGE), whatever elementwise work they carry: a convolution's windows, a GELU's
+  backward, a layer norm's recomputation are computed once per staged element;
+* a **row kernel** (reductions read through a broadcast: softmax, layer norm) gets a workgroup
+  per row: the row's elements over the invocations (LOCAL, vec4 lanes), each reduction GROUPed
+  across them; a row short enough is kept in registers across the passes (UPCAST and UNROLL by
+  the same split, so every pass reads the same loads);
+* **few outputs and long reductions**: each reduction GROUPed over a workgroup per output;
+* everything else is **flat**: the output ranges MERGEd into one index, split over invocations
+  (LOCAL), four neighbours per invocation as vec4 lanes where the innermost range allows.
+"""
+
+from __future__ import annotations
+
+import math
+
+from anneal_ir import Ops, UOp
+from anneal_schedule.analysis import (
+    Contraction,
+    const_extent,
+    extent,
+    find_contraction,
+    global_ranges,
+    ranges_of,
+    row_kernel,
+    vectorizable,
+)
+from anneal_schedule.backend import Limits
+from anneal_schedule.opt import Opt, OptError, OptOps, apply_opts
+
+MAX_ROW_QUADS = 8  # quads of a row an invocation keeps in registers
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def max_local(limits: Limits) -> int:
+    return min(limits.max_workgroup_invocations, limits.max_workgroup_size[0])
+
+
+def flat_opts(ast: UOp, limits: Limits, local: int = 256, vec: bool = True) -> tuple[Opt, ...]:
+    deps = ranges_of(ast)
+    globals_ = global_ranges(deps)
+    reduces = [n for n in deps if n.op is Ops.REDUCE]
+    outputs = math.prod(extent(r) for r in globals_) if globals_ else 1
+    opts: list[Opt] = []
+    wide = vec and bool(globals_) and vectorizable(globals_[-1]) and (not reduces or outputs >= (1 << 18))
+    if wide and not (len(globals_) == 1 and extent(globals_[0]) == 4):
+        opts.append(Opt(OptOps.VECTOR, globals_[-1].arg[0]))
+        outputs //= 4
+    if len(globals_) > 1:
+        opts.append(Opt(OptOps.MERGE))
+    if globals_ and outputs >= 2:
+        opts.append(Opt(OptOps.LOCAL, globals_[0].arg[0], min(local, max_local(limits), _pow2_at_least(outputs))))
+    return tuple(opts)
+
+
+def group_opts(ast: UOp, local: int, vec: bool = True) -> tuple[Opt, ...]:
+    """A workgroup per output: each top reduction split across the invocations."""
+    deps = ranges_of(ast)
+    opts: list[Opt] = []
+    g = frozenset(global_ranges(deps))
+    for red in (n for n in ast.toposort() if n.op is Ops.REDUCE and deps[n] <= g):
+        r = red.src[-1]
+        if vec and vectorizable(r) and extent(r) >= 4 * local:
+            opts.append(Opt(OptOps.VECTOR, r.arg[0]))
+        opts.append(Opt(OptOps.GROUP, r.arg[0], local))
+    return tuple(opts)
+
+
+def row_opts(ast: UOp, limits: Limits, local: int | None = None, vec: bool = True,
+             cached: bool = True) -> tuple[Opt, ...] | None:  # fmt: skip
+    """A workgroup per row: the row's elements over the invocations, each reduction grouped across them."""
+    deps = ranges_of(ast)
+    rk = row_kernel(ast, deps)
+    if rk is None:
+        return None
+    largest = min(1024, max_local(limits))
+    inner = list(rk.inner)
+    last = inner[-1]
+    work = max([math.prod(extent(r) for r in inner), *(math.prod(extent(r) for r in t.src[1:]) for t in rk.reduces)])
+    simple = len(inner) == 1 and all(len(t.src) == 2 for t in rk.reduces)
+    ends = {const_extent(r) for r in (last, *(t.src[1] for t in rk.reduces))} if simple else set()
+    single = ends.pop() if len(ends) == 1 else None
+    # (a range of exactly four values would be all lanes: nothing left for the later splits to name)
+    lanes = vec and all(vectorizable(r) and extent(r) > 4 for r in (last, *(t.src[-1] for t in rk.reduces)))
+    if local is None:
+        # about four quads (16 elements) per invocation and pass: 512 invocations for a row of 8192 (measured
+        # on an H200: 0.089 ms against 0.107 with 256), 64 for a row of 128
+        local = min(largest, 512, max(64, _pow2_at_least(work // 16)))
+        if cached and lanes and single is not None:  # the row in registers, 4 to 8 quads per invocation
+            fits = [n for n in (1024, 512, 256, 128, 64, 32) if n <= largest and single % (4 * n) == 0]
+            fits = [n for n in fits if single // (4 * n) <= MAX_ROW_QUADS]
+            if fits:
+                local = next((n for n in fits if single // (4 * n) >= 4), fits[0])
+    opts: list[Opt] = []
+    quads = single // (4 * local) if lanes and single is not None and single % (4 * local) == 0 else None
+    keep = cached and quads is not None and quads <= MAX_ROW_QUADS
+    for r in inner[:-1]:
+        opts.append(Opt(OptOps.LOOP, r.arg[0]))
+    if lanes:
+        opts.append(Opt(OptOps.VECTOR, last.arg[0]))
+    opts.append(Opt(OptOps.LOCAL, last.arg[0], local))
+    remaining = -(-extent(last) // ((4 if lanes else 1) * local))
+    if keep and quads is not None and quads > 1:
+        opts.append(Opt(OptOps.UPCAST, last.arg[0], quads))
+    elif not keep and remaining > 1:
+        opts.append(Opt(OptOps.LOOP, last.arg[0]))
+    for red in rk.reduces:
+        r = red.src[-1]
+        if lanes:
+            opts.append(Opt(OptOps.VECTOR, r.arg[0]))
+        opts.append(Opt(OptOps.GROUP, r.arg[0], local))
+        if keep and quads is not None and quads > 1:
+            opts.append(Opt(OptOps.UNROLL, r.arg[0], quads))
+    return tuple(opts)
+
+
+def _contiguous_along(operand: UOp, r: UOp) -> bool:
+    """Does operand read memory one element apart along r (in every load that varies with r)?"""
+    from anneal_schedule.lower import affine
+
+    loads = [n for n in operand.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]
+    steps = [affine(n.src[1]) for n in loads]
+    varying = [a for a in steps if a is not None and r in a[0]]
+    return bool(varying) and all(a[0][r] == 1 for a in varying)
+
+
+def _tile_depth(k: UOp, tk: int) -> int:
+    """The k step of a tile: tk, or a smaller multiple of 4 dividing k's extent (no ragged last step)."""
+    e = extent(k)
+    for d in (tk, tk // 2, tk // 4):
+        if d >= 4 and e % d == 0:
+            return d
+    return min(tk, e)
+
+
+def tile_opts(c: Contraction, limits: Limits, tm: int, tn: int, tk: int, rm: int, rn: int,
+              vec: bool = True) -> tuple[Opt, ...] | None:  # fmt: skip
+    """TM x TN outputs per workgroup, RM x RN per invocation, TK-deep k steps, both operands staged.
+
+    An invocation's rows are strided (row l + i * TM/RM), so neighbouring invocations read neighbouring
+    words of a tile, unless the first operand is contiguous along its rows (a transposed X^T): then each
+    invocation owns RM consecutive rows, read four at a time. The k step is a loop of four unrolled values."""
+    m, n, k = c.m[-1], c.n[-1], c.k[-1]
+    lanes = vec and vectorizable(n) and rn % 4 == 0
+    threads = (tm // rm) * (tn // rn)
+    shared = (tm + tn) * tk * 4
+    if threads > max_local(limits) or shared > limits.max_shared_memory or threads < 1:
+        return None
+    opts: list[Opt] = []
+    if lanes:
+        opts.append(Opt(OptOps.VECTOR, n.arg[0]))
+        opts.append(Opt(OptOps.LOCAL, n.arg[0], tn // rn))
+        if rn // 4 > 1:
+            opts.append(Opt(OptOps.UPCAST, n.arg[0], rn // 4))
+    else:
+        opts.append(Opt(OptOps.LOCAL, n.arg[0], tn // rn))
+        if rn > 1:
+            opts.append(Opt(OptOps.UPCAST, n.arg[0], rn))
+    rows = [Opt(OptOps.LOCAL, m.arg[0], tm // rm)] + ([Opt(OptOps.UPCAST, m.arg[0], rm)] if rm > 1 else [])
+    opts += list(reversed(rows)) if rm % 4 == 0 and _contiguous_along(c.a, m) else rows
+    depth = _tile_depth(k, tk) if const_extent(k) is not None else 1
+    if depth > 1 and extent(k) > 1:
+        opts.append(Opt(OptOps.UNROLL, k.arg[0], depth))
+        if depth > 4 and depth % 4 == 0:
+            opts.append(Opt(OptOps.INNER, k.arg[0], 4))
+    opts += [Opt(OptOps.STAGE, 0), Opt(OptOps.STAGE, 1)]
+    return tuple(opts)
+
+
+def contraction_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...] | None:
+    deps = ranges_of(ast)
+    c = find_contraction(ast, deps)
+    if c is None:
+        return None
+    m, n = c.m[-1], c.n[-1]
+    k_size = math.prod(extent(r) for r in c.k)
+    if extent(m) < 32 or extent(n) < 32 or k_size < 16 or any(const_extent(r) is None for r in (m, n)):
+        return None
+    outputs = math.prod(extent(r) for r in global_ranges(deps))
+    big = extent(m) >= 128 and extent(n) >= 128 and outputs >= (1 << 20)
+    # on an H200 (4096^3) 64x128x32 with an 8x4 vec4 register tile was the fastest of 111 candidates (RESULTS.md)
+    for tm, tn, tk, rm, rn in ((64, 128, 32, 8, 4), (64, 64, 16, 4, 4)) if big else ((64, 64, 16, 4, 4),
+                                                                                   (32, 64, 16, 4, 4)):  # fmt: skip
+        found = tile_opts(c, limits, tm, tn, tk, rm, rn)
+        if found is not None and _applies(ast, found):
+            return found
+    return None
+
+
+def _applies(ast: UOp, opts: tuple[Opt, ...]) -> bool:
+    try:
+        apply_opts(ast, opts)
+    except OptError:
+        return False
+    return True
+
+
+def choose_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...]:
+    """The heuristic: tile contractions, a workgroup per row for row kernels and per output for long
+    reductions with few outputs, flat for the rest."""
+    row = row_opts(ast, limits)
+    if row is not None:
+        return row
+    tiled = contraction_opts(ast, limits)
+    if tiled is not None:
+        return tiled
+    deps = ranges_of(ast)
+    globals_ = global_ranges(deps)
+    outputs = math.prod(extent(r) for r in globals_) if globals_ else 1
+    reduces = [n for n in deps if n.op is Ops.REDUCE]
+    local = min(256, max_local(limits))
+    if reduces and limits.max_shared_memory >= local * 4 * len(reduces):
+        longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
+        if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
+            return group_opts(ast, local)
+    return flat_opts(ast, limits, local)
+
+
+def candidate_opts(ast: UOp, limits: Limits) -> list[tuple[Opt, ...]]:
+    """The heuristic's choice first, then the variants a BEAM search times on the device."""
+    first = choose_opts(ast, limits)
+    out = [first]
+    largest = max_local(limits)
+    locals_ = [n for n in (64, 128, 256, 512, 1024) if n <= largest]
+    deps = ranges_of(ast)
+    if row_kernel(ast, deps) is not None:  # only rows: flat would recompute the reductions per element
+        for n in (32, *locals_):
+            for vec in (True, False):
+                for cached in (True, False):
+                    found = row_opts(ast, limits, n, vec, cached)
+                    if found is not None:
+                        out.append(found)
+        return _unique([o for o in out if _applies(ast, o)])
+    c = find_contraction(ast, deps)
+    if c is not None and any(o.op is OptOps.STAGE for o in first):
+        for tm, tn in ((64, 64), (128, 128), (128, 64), (64, 128), (32, 64)):
+            for tk in (8, 16, 32):
+                for rm, rn in ((4, 4), (8, 8), (8, 4), (4, 8)):
+                    if (tm // rm) * (tn // rn) < 32:
+                        continue
+                    for vec in (True, False):
+                        found = tile_opts(c, limits, tm, tn, tk, rm, rn, vec)
+                        if found is not None:
+                            out.append(found)
+    if any(n.op is Ops.REDUCE for n in deps):
+        out += [group_opts(ast, n) for n in locals_ if limits.max_shared_memory >= n * 4]
+    out += [flat_opts(ast, limits, n, vec) for vec in (True, False) for n in locals_]
+    return _unique([o for o in out if _applies(ast, o)])
+
+
+def _unique(opts: list[tuple[Opt, ...]]) -> list[tuple[Opt, ...]]:
+    unique: list[tuple[Opt, ...]] = []
+    for o in opts:
+        if o not in unique:
+            unique.append(o)
+    return unique

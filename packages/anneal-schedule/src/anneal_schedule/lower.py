@@ -1,0 +1,807 @@
+"""Lowering: a kernel after opts becomes one linear program, which every renderer prints.
+
+The program (``Program``) is a list of instructions: lets (one per computed value, its operands by
+name), loops, accumulators and their updates, loads and stores, barriers, workgroup memory and
+the cooperative tree that combines a grouped reduction. Renderers (WGSL, C) spell each instruction
+from a table; the decisions are all made here, once:
+
+* **hoisting**: every value is emitted once, in the outermost block where all the ranges it depends
+  on exist (``Block``), so loop-invariant work leaves the loops;
+* **ranges by kind** (``anneal_schedule.opt``): global ones come from the workgroup index ``w``, local
+  and grouped ones from the invocation index ``lid``, loop and reduce ones are loops; upcast ranges
+  are expanded (one copy of the store per value), unrolled ones become one accumulator update per
+  value inside the loop, and with ``lanes`` a vector range is the four lanes of vec4 values (else it
+  is expanded too);
+* **reductions** that share their loops (the copies of an upcast register tile) share one loop nest,
+  their updates interleaved;
+* **staged operands** (DEFINE_LOCAL): before the reads, once per step of the loops around them, the
+  workgroup fills the tile in workgroup memory (between barriers), four lanes at a time where the
+  operand's memory is contiguous;
+* **vec4 memory**: a buffer read or written as aligned vec4s somewhere is declared as vec4s; its
+  other accesses pick components.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from anneal_ir import DType, Ops, UOp, dtypes
+from anneal_ir.sint import sint, sprod, upper, variables
+from anneal_schedule.analysis import kind
+from anneal_schedule.blocks import Block
+from anneal_schedule.decompose import decompose
+from anneal_schedule.opt import Opt, apply_opts, origin, stride, substitute
+from anneal_schedule.simplify import simplify_kernel
+
+Operand = str | UOp  # the name of an earlier instruction's value, or a CONST
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction. ``op`` is an ALU Ops member for a computed value, else one of:
+
+    load (arg: space, slot, mode), store (arg: space, slot, mode; srcs: index, value[, valid]),
+    acc (arg: identity CONST), update (srcs: acc, value, or acc, a, b for acc + a * b; arg: Ops.ADD or
+    Ops.MAX), reg (a mutable register: srcs: its first value), set (srcs: its new value), loop (srcs: start,
+    end, step), end, barrier, group (srcs: own value; arg: shared name, size, combine), lanes (the
+    vec4 0, 1, 2, 3), extract (srcs: vec4; arg: component), combine (the four lanes of a vec4 acc;
+    arg: combine), exit (srcs: condition: every invocation of the workgroup leaves), var (arg: name).
+
+    Load and store modes: "elem" (one element), "quad" (index counts vec4s), "gather" (a vec4 index:
+    four elements). Spaces: "global" (a kernel argument, slot = its number) and "local" (workgroup
+    memory, slot = its name)."""
+
+    op: Ops | str
+    name: str = ""
+    dtype: DType = dtypes.void
+    width: int = 1
+    srcs: tuple[Operand, ...] = ()
+    arg: Any = None
+
+
+@dataclass(frozen=True)
+class BufferDecl:
+    slot: int
+    dtype: DType
+    written: bool
+    vec: bool  # declared as vec4s
+
+
+@dataclass(frozen=True)
+class SharedDecl:
+    name: str
+    dtype: DType
+    count: int  # elements (vec4s when vec)
+    vec: bool
+
+
+@dataclass
+class Program:
+    name: str
+    instrs: list[Instr]
+    buffers: tuple[BufferDecl, ...]
+    shared: tuple[SharedDecl, ...]
+    groups: sint  # workgroups to dispatch
+    workgroup: int  # invocations per workgroup
+    variables: tuple[str, ...]
+    opts: tuple[Opt, ...]
+    ast: UOp  # the kernel after opts and expansion
+
+    def describe(self) -> str:
+        return ", ".join(repr(o) for o in self.opts) or "no opts"
+
+
+class LowerError(ValueError):
+    """A kernel (or an opt list) this lowering cannot express; the message says why."""
+
+
+def end_of(r: UOp) -> sint:
+    return int(r.src[0].arg) if r.src[0].op is Ops.CONST else r.src[0]
+
+
+Affine = tuple[dict[UOp, int], int]
+
+
+def affine(u: UOp, memo: dict[UOp, Affine | None] | None = None) -> Affine | None:
+    """An index as sum(coefficient * term) + offset: terms are ranges, or any node that is not an add, a
+    multiply by a constant or a negation (a division, the workgroup index...)."""
+    memo = {} if memo is None else memo
+    if u in memo:
+        return memo[u]
+    out: Affine | None = None
+    if u.op is Ops.CONST:
+        out = ({}, int(u.arg)) if isinstance(u.arg, int) and not isinstance(u.arg, bool) else None
+    elif u.op is Ops.ADD:
+        a, b = affine(u.src[0], memo), affine(u.src[1], memo)
+        if a is not None and b is not None:
+            coeffs = dict(a[0])
+            for k, v in b[0].items():
+                coeffs[k] = coeffs.get(k, 0) + v
+            out = {k: v for k, v in coeffs.items() if v}, a[1] + b[1]
+    elif u.op is Ops.MUL and any(s.op is Ops.CONST for s in u.src):
+        x, c = (u.src[0], u.src[1]) if u.src[1].op is Ops.CONST else (u.src[1], u.src[0])
+        inner = affine(x, memo)
+        if inner is not None:
+            factor = int(c.arg)
+            out = {r: v * factor for r, v in inner[0].items() if v * factor}, inner[1] * factor
+    elif u.op is Ops.NEG:
+        inner = affine(u.src[0], memo)
+        out = None if inner is None else ({r: -v for r, v in inner[0].items()}, -inner[1])
+    elif u.dtype.is_int:
+        out = {u: 1}, 0
+    memo[u] = out
+    return out
+
+
+def aligned_along(index: UOp, lanes: set[UOp] | frozenset[UOp], memo: dict[UOp, Affine | None],
+                  deps: dict[UOp, frozenset[UOp]] | None = None) -> UOp | None:  # fmt: skip
+    """The lane range along which index reads four neighbouring, 16-byte aligned elements (or None)."""
+    aff = affine(index, memo)
+    if aff is None:
+        return None
+    coeffs, offset = aff
+    along = [r for r in coeffs if r in lanes]
+    if len(along) != 1 or coeffs[along[0]] != 1 or offset % 4:
+        return None
+    for r, c in coeffs.items():
+        if r is not along[0] and (c % 4 or (deps is not None and not deps.get(r, frozenset()).isdisjoint(lanes))):
+            return None
+    return along[0]
+
+
+def quad_index(index: UOp, along: UOp, memo: dict[UOp, Affine | None]) -> UOp:
+    """(index - along) / 4: the vec4 an aligned index falls in, as index arithmetic."""
+    coeffs, offset = affine(index, memo)  # type: ignore[misc]
+    terms = [
+        r if c == 4 else r * (c // 4) for r, c in sorted(coeffs.items(), key=lambda kv: kv[0].key) if r is not along
+    ]
+    return _sum(terms, offset // 4)
+
+
+def _sum(terms: list[UOp], offset: int) -> UOp:
+    """terms + offset as index arithmetic, built in a fixed order (equal sums are one node)."""
+    out: UOp | None = None
+    for t in terms:
+        out = t if out is None else out + t
+    if out is None:
+        return UOp.const(dtypes.int64, offset)
+    return out + offset if offset else out
+
+
+def expand(ast: UOp, kinds: frozenset[str]) -> UOp:
+    """Each range of these kinds replaced by each of its values: one copy of every store per value (a
+    register tile). Workgroup tiles (DEFINE_LOCAL) keep their ranges: the fill iterates them."""
+    ranges = sorted({n for n in _outside_tiles(ast) if n.op is Ops.RANGE and kind(n) in kinds}, key=lambda r: r.arg[0])
+    if not ranges:
+        return ast
+    stores: list[UOp] = []
+    for values in itertools.product(*(range(int(r.src[0].arg)) for r in ranges)):
+        mapping = {r: UOp.const(dtypes.int64, v) for r, v in zip(ranges, values)}
+        stores += [_substitute_outside_tiles(s, mapping) for s in ast.src]
+    return simplify_kernel(UOp(Ops.SINK, dtypes.void, tuple(stores)))
+
+
+def _outside_tiles(root: UOp) -> list[UOp]:
+    out, seen, stack = [], set(), [root]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        out.append(n)
+        if n.op is not Ops.DEFINE_LOCAL:
+            stack.extend(n.src)
+    return out
+
+
+def _substitute_outside_tiles(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    done: dict[UOp, UOp] = dict(mapping)
+
+    def visit(n: UOp) -> UOp:
+        stack = [(n, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node in done:
+                continue
+            if node.op is Ops.DEFINE_LOCAL:
+                done[node] = node
+                continue
+            if not ready:
+                stack.append((node, True))
+                stack.extend((s, False) for s in node.src if s not in done)
+                continue
+            src = tuple(done[s] for s in node.src)
+            done[node] = node if src == node.src else node.replace(src=src)
+        return done[n]
+
+    return visit(root)
+
+
+@dataclass
+class Fill:
+    """How a staged tile is filled: the operand over fresh ranges (one per tile range, iterated by the fill
+    loop), which of them is four lanes (or None), and the tile's declaration."""
+
+    decl: SharedDecl
+    operand: UOp
+    ranges: tuple[UOp, ...]  # the fresh ranges the fill iterates, in the tile's layout order
+    lane: UOp | None  # the fresh range of the four lanes the fill computes at a time
+    lanes_already: bool  # the tile's lane range is a vector range of the kernel
+    order: tuple[UOp, ...] = ()  # the order invocations take the elements in: memory-contiguous ranges fastest
+
+
+@dataclass
+class Lowerer:
+    name: str
+    ast: UOp
+    lanes: bool  # vector ranges are vec4 lanes (WGSL); else they are expanded
+    vec_storage: Any  # dtype -> bool: may this buffer be declared as vec4s?
+    wide_float_sums: bool = False  # float32 sums accumulate in float64 (C, to match the numpy path)
+    instrs_of: dict[int, list[Instr]] = field(default_factory=dict)
+    names: dict[UOp, tuple[Operand, Block]] = field(default_factory=dict)
+    deps: dict[UOp, frozenset[UOp]] = field(default_factory=dict)
+    lane_ranges: set[UOp] = field(default_factory=set)
+    counter: int = 0
+    affines: dict[UOp, Affine | None] = field(default_factory=dict)
+    vec_buffers: set[int] = field(default_factory=set)
+    shared: list[SharedDecl] = field(default_factory=list)
+    fills: dict[UOp, Fill] = field(default_factory=dict)
+    filled: set[tuple[UOp, int]] = field(default_factory=set)
+    quads: dict[tuple[UOp, UOp], str] = field(default_factory=dict)
+    quad_blocks: dict[str, Block] = field(default_factory=dict)
+    reduces: list[UOp] = field(default_factory=list)
+    workgroup: int = 1
+    lane_name: str = ""
+    block_ends: dict[int, list[Instr]] = field(default_factory=dict)  # instructions that close a loop body
+    names_of_regs: dict[str, tuple[DType, int]] = field(default_factory=dict)
+    lid: UOp = field(default_factory=lambda: UOp.const(dtypes.int64, 0))
+
+    # ---- analysis ----
+    def analyse(self) -> None:
+        self.reduces = [n for n in _outside_tiles(self.ast) if n.op is Ops.REDUCE]
+        self.deps = {}
+        for n in self.ast.toposort():
+            if n.op is Ops.RANGE:
+                self.deps[n] = frozenset({n})
+            elif n.op is Ops.REDUCE:
+                self.deps[n] = self.deps[n.src[0]] - frozenset(n.src[1:])
+            elif n.op is Ops.DEFINE_LOCAL and n in self.fills:  # varies with what its fill does not iterate
+                fill = self.fills[n]
+                self.note(fill.operand)
+                self.deps[n] = self.deps[fill.operand] - frozenset(fill.ranges) - {fill.lane}
+            elif n.op is Ops.DEFINE_LOCAL:
+                self.deps[n] = self.deps[n.src[0]] - frozenset(n.src[1:])
+            else:
+                self.deps[n] = frozenset().union(*(self.deps[s] for s in n.src))
+
+    def note(self, root: UOp) -> None:
+        """deps for nodes made after analyse() (substituted copies)."""
+        for n in root.toposort():
+            if n not in self.deps:
+                if n.op is Ops.RANGE:
+                    self.deps[n] = frozenset({n})
+                elif n.op in (Ops.REDUCE, Ops.DEFINE_LOCAL):
+                    self.deps[n] = self.deps[n.src[0]] - frozenset(n.src[1:])
+                else:
+                    self.deps[n] = frozenset().union(*(self.deps[s] for s in n.src))
+
+    def width(self, u: UOp) -> int:
+        return 4 if self.lane_ranges and not self.deps[u].isdisjoint(self.lane_ranges) else 1
+
+    # ---- emission helpers ----
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def emit(self, block: Block, instr: Instr) -> None:
+        self.instrs_of.setdefault(id(block), []).append(instr)
+
+    def place(self, u: UOp, current: Block) -> Block:
+        found = current.outermost(self.deps[u])
+        if found is None:
+            raise LowerError(f"kernel {self.name}: {u.op.name} is used outside the loop of its range")
+        return found
+
+    def ref(self, u: UOp, current: Block) -> Operand:
+        if u.op is Ops.CONST:
+            return u
+        found = self.names.get(u)
+        if found is not None and found[1] in current.ancestors():
+            return found[0]
+        block = self.place(u, current)
+        value = self.value(u, block)
+        self.names[u] = (value, block)
+        return value
+
+    def let(self, block: Block, u: UOp, op: Ops | str, srcs: tuple[Operand, ...], arg: Any = None,
+            width: int | None = None, dtype: DType | None = None) -> str:  # fmt: skip
+        name = self.fresh()
+        w = self.width(u) if width is None else width
+        self.emit(block, Instr(op, name, dtype or u.dtype, w, srcs, arg))
+        return name
+
+    def value(self, u: UOp, b: Block) -> Operand:
+        op = u.op
+        if op is Ops.RANGE:
+            raise LowerError(f"kernel {self.name}: range {u.arg} is used where it is not bound")
+        if op is Ops.DEFINE_VAR:
+            return self.let(b, u, "var", (), u.arg[0], width=1)
+        if op is Ops.LOAD:
+            return self.load(u, b)
+        if op is Ops.REDUCE:
+            self.reduce(u, b)
+            return self.names[u][0]
+        if op in (Ops.ERF, Ops.THREEFRY):  # expanded only here: the simplifier never walks their insides
+            expanded = decompose(u)
+            self.note(expanded)
+            return self.ref(expanded, b)
+        srcs = tuple(self.ref(s, b) for s in u.src)
+        # a division of non-negative integers needs none of the care negative operands do
+        nonneg = op in (Ops.IDIV, Ops.MOD) and u.dtype.is_int and u.src[0].vmin >= 0 and u.src[1].vmin > 0
+        return self.let(b, u, op, srcs, "nonneg" if nonneg else None)
+
+    # ---- memory ----
+    def load(self, u: UOp, b: Block) -> Operand:
+        buf = u.src[0]
+        if buf.op is Ops.DEFINE_LOCAL:
+            return self.load_tile(u, b)
+        w = self.width(u)
+        slot = buf.arg
+        index, valid = u.src[1], (u.src[2] if len(u.src) == 3 else None)
+        if w == 4 and valid is None and slot in self.vec_buffers:
+            along = aligned_along(index, self.lane_ranges, self.affines, self.deps)
+            if along is not None:
+                q = quad_index(index, along, self.affines)
+                self.note(q)
+                return self.let(b, u, "load", (self.ref(q, b),), ("global", slot, "quad"))
+        srcs = (self.ref(index, b),) + ((self.ref(valid, b),) if valid is not None else ())
+        return self.let(b, u, "load", srcs, ("global", slot, "gather" if w == 4 else "elem"))
+
+    def load_tile(self, u: UOp, b: Block) -> Operand:
+        tile = u.src[0]
+        fill = self.fills[tile]
+        home = b.outermost(self.deps[tile])  # the block of the tile's step: reads may sit in loops inside it
+        assert home is not None
+        self.fill(tile, home)
+        index = u.src[1]
+        w = self.width(u)
+        if not fill.decl.vec:
+            return self.let(b, u, "load", (self.ref(index, b),), ("local", fill.decl.name, "elem"))
+        if w == 4:
+            along = aligned_along(index, self.lane_ranges, self.affines, self.deps)
+            if along is None:
+                raise LowerError(f"kernel {self.name}: a vec4 read of a tile that is not along its lanes")
+            q = quad_index(index, along, self.affines)
+            self.note(q)
+            return self.let(b, u, "load", (self.ref(q, b),), ("local", fill.decl.name, "quad"))
+        aff = affine(index, self.affines)
+        if aff is None or any(c % 4 for c in aff[0].values()):
+            return self.let(b, u, "load", (self.ref(index, b),), ("local", fill.decl.name, "elem"))
+        q = _sum(
+            [r if c == 4 else r * (c // 4) for r, c in sorted(aff[0].items(), key=lambda kv: kv[0].key)], aff[1] // 4
+        )
+        self.note(q)
+        qname = self.quads.get((tile, q))
+        if qname is None or not self.visible(qname, b):
+            qb = self.place(q, b) if q.op is not Ops.CONST else b
+            qb = qb if self.deps[tile] <= qb.scope else b
+            qname = self.fresh()
+            self.emit(qb, Instr("load", qname, u.dtype, 4, (self.ref(q, qb),), ("local", fill.decl.name, "quad")))
+            self.quads[(tile, q)] = qname
+            self.quad_blocks[qname] = qb
+        return self.let(b, u, "extract", (qname,), aff[1] % 4, width=1)
+
+    def visible(self, name: str, b: Block) -> bool:
+        return self.quad_blocks.get(name) in b.ancestors()
+
+    def fill(self, tile: UOp, b: Block) -> None:
+        """Fill, in block b, every tile read there (once). Each invocation computes the same few elements of
+        each tile in every step (unrolled: element e = lid + j * workgroup, four lanes at a time along the lane
+        range). Inside a loop the tile's operand varies with (a step of k), the next step's elements are
+        computed into registers while the workgroup multiplies this step's (double buffering): the loop body
+        begins by storing the registers, then a barrier, then the next step's loads; it ends with a barrier."""
+        if (tile, id(b)) in self.filled:
+            return
+        tiles = [t for t in self.fills if (t, id(b)) not in self.filled and b.outermost(self.deps[t]) is b]
+        tiles = tiles if tile in tiles else [tile, *tiles]
+        step = self.loop_range_of(b)
+        prefetch = step is not None and b.parent is not None
+        if not prefetch:
+            self.emit(b, Instr("barrier"))
+        nexts: list[tuple[str, UOp, UOp | None]] = []
+        for t in tiles:
+            self.filled.add((t, id(b)))
+            fill = self.fills[t]
+            for value, index, valid in self.fill_elements(fill):
+                store_srcs: tuple[Operand, ...]
+                if prefetch and step is not None and step in self.deps[value]:
+                    assert b.parent is not None
+                    first = simplify_kernel(substitute(value, {step: UOp.const(dtypes.int64, 0)}))
+                    self.note(first)
+                    reg = self.fresh("pf")
+                    w = self.width(value)
+                    self.emit(b.parent, Instr("reg", reg, value.dtype, w, (self.ref(first, b.parent),)))
+                    self.names_of_regs[reg] = (value.dtype, w)
+                    last = simplify_kernel(step.src[0] - 1)
+                    clamped = UOp(Ops.WHERE, dtypes.int64, (step < last, step + 1, last))  # the last step loads itself
+                    following = simplify_kernel(substitute(value, {step: clamped}))
+                    self.note(following)
+                    nexts.append((reg, following, None))
+                    stored: Operand = reg
+                    vw = w
+                else:
+                    stored, vw = self.ref(value, b), self.width(value)
+                if fill.decl.vec and vw == 1:
+                    stored = self.let(b, value, "splat", (stored,), width=4)
+                store_srcs = (self.ref(index, b), stored) + ((self.ref(valid, b),) if valid is not None else ())
+                self.emit(b, Instr("store", "", value.dtype, 4 if fill.decl.vec else 1, store_srcs,
+                                   ("local", fill.decl.name, "quad" if fill.decl.vec else "elem")))  # fmt: skip
+        self.emit(b, Instr("barrier"))
+        for reg, following, _ in nexts:
+            self.emit(b, Instr("set", reg, following.dtype, self.names_of_regs[reg][1], (self.ref(following, b),)))
+        if prefetch:
+            self.block_ends.setdefault(id(b), []).append(Instr("barrier"))
+
+    def lane_name_for(self, root: Block) -> str:
+        """The vec4 0, 1, 2, 3 (defined once, first thing in the kernel)."""
+        if not self.lane_name:
+            self.lane_name = self.fresh("lane")
+            self.emit(root, Instr("lanes", self.lane_name, dtypes.int32, 4))
+        return self.lane_name
+
+    def loop_range_of(self, b: Block) -> UOp | None:
+        """The range of the loop whose body b is (None for the root and the stores' loops)."""
+        if b.parent is None:
+            return None
+        new = b.scope - b.parent.scope
+        r = next(iter(new)) if len(new) == 1 else None
+        return r if r is not None and kind(r) == "reduce" else None
+
+    def fill_elements(self, fill: Fill) -> list[tuple[UOp, UOp, UOp | None]]:
+        """(value, tile index, valid) of each element this invocation fills: e = lid + j * workgroup."""
+        ends = [int(r.src[0].arg) for r in fill.ranges]
+        count = math.prod(ends)
+        out = []
+        lid = self.lid
+        layout = list(fill.ranges)
+        for j in range(-(-count // self.workgroup)):
+            e = lid + j * self.workgroup if j else lid
+            digits = split_index(e, list(fill.order))
+            value = simplify_kernel(_substitute_outside_tiles(fill.operand, digits))
+            if list(fill.order) == layout:
+                index = simplify_kernel(e)
+            else:  # the element's place in the tile's layout
+                flat: UOp = UOp.const(dtypes.int64, 0)
+                for r in layout:
+                    flat = flat * int(r.src[0].arg) + digits[r]
+                index = simplify_kernel(flat)
+            valid = None if (j + 1) * self.workgroup <= count else simplify_kernel(e < count)
+            for n in (value, index, *([valid] if valid is not None else [])):
+                self.note(n)
+            out.append((value, index, valid))
+        return out
+
+    # ---- reductions ----
+    def reduce(self, u: UOp, b: Block) -> None:
+        """u and every reduction with the same loops in the same block: one loop nest, updates interleaved."""
+        key = self.reduce_key(u)
+        siblings = [n for n in self.reduces if n not in self.names and self.reduce_key(n) == key
+                    and b.outermost(self.deps[n]) is b]  # fmt: skip
+        if u not in siblings:
+            siblings.insert(0, u)
+        loops = [r for r in u.src[1:] if kind(r) in ("reduce", "inner")]
+        unrolls = [r for r in u.src[1:] if kind(r) == "unroll"]
+        groups = [r for r in u.src[1:] if kind(r) == "group"]
+        own_lanes = [r for r in u.src[1:] if kind(r) == "vector"]
+        accs = []
+        for s in siblings:
+            acc = self.fresh("acc")
+            width = 4 if (own_lanes or self.width(s) == 4) else 1
+            self.emit(b, Instr("acc", acc, self.acc_dtype(s), width, (), identity(s)))
+            accs.append(acc)
+        inner = b
+        opened = []
+        for r in loops:
+            inner = Block(inner.scope | {r}, inner)
+            name = self.fresh("r")
+            self.names[r] = (name, inner)
+            self.emit(inner, Instr("loop", name, dtypes.int32, 1, (UOp.const(dtypes.int32, 0), self.size_operand(r, b),
+                                                                  UOp.const(dtypes.int32, 1))))  # fmt: skip
+            opened.append(inner)
+        if unrolls:
+            combos = list(itertools.product(*(range(int(r.src[0].arg)) for r in unrolls)))
+            copies = [
+                [
+                    _substitute_outside_tiles(s.src[0], {r: UOp.const(dtypes.int64, v) for r, v in zip(unrolls, c)})
+                    for s in siblings
+                ]  # fmt: skip
+                for c in combos
+            ]
+            flat = simplify_kernel(UOp(Ops.SINK, dtypes.void, tuple(x for row in copies for x in row)))
+            self.note(flat)
+            values = [list(flat.src[i * len(siblings) : (i + 1) * len(siblings)]) for i in range(len(combos))]
+        else:
+            values = [[s.src[0] for s in siblings]]
+        for row in values:
+            for s, acc, v in zip(siblings, accs, row):
+                width = 4 if own_lanes or self.width(s) == 4 else 1
+                if s.arg is Ops.ADD and v.op is Ops.MUL and v.dtype == self.acc_dtype(s):  # acc += a * b
+                    srcs: tuple[Operand, ...] = (acc, self.ref(v.src[0], inner), self.ref(v.src[1], inner))
+                else:
+                    srcs = (acc, self.ref(v, inner))
+                self.emit(inner, Instr("update", "", self.acc_dtype(s), width, srcs, s.arg))
+        for blk in reversed(opened):
+            self.close(blk)
+        for s, acc in zip(siblings, accs):
+            result: str = acc
+            if own_lanes:
+                result = self.fresh()
+                self.emit(b, Instr("combine", result, self.acc_dtype(s), 1, (acc,), s.arg))
+            if groups:
+                size = math.prod(int(r.src[0].arg) for r in groups)
+                if size != self.workgroup:
+                    raise LowerError(f"kernel {self.name}: a reduction grouped over {size} invocations in a "
+                                     f"workgroup of {self.workgroup}")  # fmt: skip
+                partial = self.fresh("partial")
+                self.shared.append(SharedDecl(partial, s.dtype, size, False))
+                red = self.fresh("red")
+                self.emit(b, Instr("group", red, self.acc_dtype(s), 1, (result,), (partial, size, s.arg)))
+                result = red
+            if self.acc_dtype(s) != s.dtype:
+                cast = self.fresh()
+                self.emit(b, Instr(Ops.CAST, cast, s.dtype, self.width(s), (result,)))
+                result = cast
+            self.names[s] = (result, b)
+
+    def reduce_key(self, u: UOp) -> tuple:
+        return (u.arg, tuple(u.src[1:]))
+
+    def acc_dtype(self, u: UOp) -> DType:
+        return dtypes.float64 if self.wide_float_sums and u.arg is Ops.ADD and u.dtype == dtypes.float32 else u.dtype
+
+    def size_operand(self, r: UOp, b: Block) -> Operand:
+        end = r.src[0]
+        return UOp.const(dtypes.int32, int(end.arg)) if end.op is Ops.CONST else self.ref(end, b)
+
+    # ---- blocks ----
+    def close(self, blk: Block) -> None:
+        """Append blk's instructions to its parent as a loop body (its first instruction opens the loop)."""
+        assert blk.parent is not None
+        body = self.instrs_of.pop(id(blk), []) + self.block_ends.pop(id(blk), [])
+        self.instrs_of.setdefault(id(blk.parent), []).extend([*body, Instr("end")])
+
+    # ---- the kernel ----
+    def lower(self, opts: tuple[Opt, ...]) -> Program:
+        self.analyse()
+        nodes = self.ast.toposort()
+        stores = [s for s in self.ast.src if s.op is Ops.STORE]
+        ranges = sorted((n for n in nodes if n.op is Ops.RANGE), key=lambda r: r.arg[0])
+        globals_ = [r for r in ranges if kind(r) == "global"]
+        # the invocation index counts the innermost output dimension fastest (neighbouring invocations read
+        # neighbouring memory; across a row of a tile they read one word of the other operand: a broadcast)
+        locals_ = sorted((r for r in ranges if kind(r) == "local"), key=lambda r: (origin(r), -stride(r)))
+        loops = [r for r in ranges if kind(r) == "loop"]
+        groups_of = {n: [r for r in n.src[1:] if kind(r) == "group"] for n in nodes if n.op is Ops.REDUCE}
+        local_size = math.prod(int(r.src[0].arg) for r in locals_) if locals_ else None
+        group_sizes = {math.prod(int(r.src[0].arg) for r in g) for g in groups_of.values() if g}
+        sizes = ({local_size} if local_size else set()) | group_sizes
+        if len(sizes) > 1:
+            raise LowerError(f"kernel {self.name}: local ranges and grouped reductions need one workgroup size, "
+                             f"got {sorted(sizes)}")  # fmt: skip
+        self.workgroup = sizes.pop() if sizes else 1
+        self.vec_buffers = self.plan_vec_buffers(nodes)
+        for n in nodes:
+            if n.op is Ops.DEFINE_LOCAL:
+                self.plan_fill(n)
+        groups = sprod(end_of(r) for r in globals_)
+        if upper(groups) > 2**31 - 1:
+            raise LowerError(f"kernel {self.name}: {groups} workgroups do not fit in i32 indexing")
+        # global ranges from the workgroup's index, local and grouped ones from the invocation's: expressions of
+        # two SPECIAL nodes, so equal indices are one node (a row read once for every pass over it)
+        w = UOp(Ops.SPECIAL, dtypes.int64, (), ("w", max(1, int(upper(groups)))))
+        lid = UOp(Ops.SPECIAL, dtypes.int64, (), ("lid", self.workgroup))
+        mapping = split_index(w, globals_) | split_index(lid, locals_)
+        for g in groups_of.values():
+            mapping |= split_index(lid, g)
+        self.ast = expand(bind_specials(self.ast, mapping, simplify=False), frozenset({"upcast"}))
+        for f in self.fills.values():
+            f.operand = bind_specials(f.operand, mapping)
+        self.analyse()
+        stores = [s for s in self.ast.src if s.op is Ops.STORE]
+        self.lid = lid
+        fill_lanes = {f.lane for f in self.fills.values() if f.lane is not None}
+        root = Block(frozenset(r for r in ranges if kind(r) == "vector") | fill_lanes, None)
+        for f in self.fills.values():
+            if f.lane is not None:
+                self.names[f.lane] = (self.lane_name_for(root), root)
+        self.names[w], self.names[lid] = ("w", root), ("lid", root)
+        self.emit(root, Instr("exit", "", dtypes.bool, 1, (), groups))
+        self.lane_name_for(root)
+        for r in ranges:
+            if kind(r) == "vector" and self.lanes and r not in self.names:
+                self.names[r] = (self.lane_name, root)
+                self.lane_ranges.add(r)
+        inner = root
+        opened = []
+        for r in loops:
+            inner = Block(inner.scope | {r}, inner)
+            name = self.fresh("l")
+            self.names[r] = (name, inner)
+            bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, root), UOp.const(dtypes.int32, 1))
+            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds))
+            opened.append(inner)
+        for st in stores:
+            self.store(st, inner)
+        for blk in reversed(opened):
+            self.close(blk)
+        used_vars = variables(tuple(n for n in nodes if n.op is Ops.DEFINE_VAR))
+        written = {s.src[0].arg for s in stores}
+        globs = sorted({n.arg: n for n in nodes if n.op is Ops.DEFINE_GLOBAL}.items())
+        buffers = tuple(BufferDecl(a, g.dtype, a in written, a in self.vec_buffers) for a, g in globs)
+        shared = tuple(self.shared) + tuple(f.decl for f in self.fills.values())
+        return Program(self.name, self.instrs_of.get(id(root), []), buffers, shared, groups, self.workgroup,
+                       tuple(v.arg[0] for v in used_vars), tuple(opts), self.ast)  # fmt: skip
+
+    def store(self, st: UOp, b: Block) -> None:
+        block = self.place(st, b)
+        buf, index, value = st.src[:3]
+        valid = st.src[3] if len(st.src) == 4 else None
+        w = max(self.width(value), self.width(index))
+        v = self.ref(value, block)
+        if w == 4 and self.width(value) == 1:
+            v = self.let(block, value, "splat", (v,), width=4)
+        tail = (self.ref(valid, block),) if valid is not None else ()
+        if w == 4 and valid is None and buf.arg in self.vec_buffers:
+            along = aligned_along(index, self.lane_ranges, self.affines, self.deps)
+            if along is not None:
+                q = quad_index(index, along, self.affines)
+                self.note(q)
+                self.emit(
+                    block, Instr("store", "", value.dtype, 4, (self.ref(q, block), v), ("global", buf.arg, "quad"))
+                )
+                return
+        mode = "gather" if w == 4 else "elem"
+        self.emit(block, Instr("store", "", value.dtype, w, (self.ref(index, block), v, *tail),
+                               ("global", buf.arg, mode)))  # fmt: skip
+
+    # ---- planning ----
+    def plan_vec_buffers(self, nodes: list[UOp]) -> set[int]:
+        """Buffers some width-4 access reads or writes as aligned vec4s (the rest of their accesses pick
+        components)."""
+        if not self.lanes:
+            return set()
+        lanes = {r for r in nodes if r.op is Ops.RANGE and kind(r) == "vector"}
+        out: set[int] = set()
+        for n in _outside_tiles(self.ast):
+            if n.op in (Ops.LOAD, Ops.STORE) and n.src[0].op is Ops.DEFINE_GLOBAL:
+                gated = (n.op is Ops.LOAD and len(n.src) == 3) or (n.op is Ops.STORE and len(n.src) == 4)
+                if not gated and self.vec_storage(n.src[0].dtype) and aligned_along(n.src[1], lanes, self.affines):
+                    out.add(n.src[0].arg)
+        for n in nodes:  # reads inside a fill that is four lanes along its innermost tile range
+            if n.op is Ops.DEFINE_LOCAL:
+                lane = self.fill_lane(n)
+                if lane is not None:
+                    for x in n.src[0].toposort():
+                        if x.op is Ops.LOAD and x.src[0].op is Ops.DEFINE_GLOBAL and len(x.src) == 2:
+                            if self.vec_storage(x.dtype) and aligned_along(x.src[1], {lane}, self.affines):
+                                out.add(x.src[0].arg)
+        return out
+
+    def fill_lane(self, tile: UOp) -> UOp | None:
+        """The tile range a fill computes four at a time: a vector range of the tile, else its innermost range
+        when it has a multiple of 4 values and the operand's loads are contiguous along it."""
+        if not self.lanes:
+            return None
+        ranges = list(tile.src[1:])
+        vec = [r for r in ranges if kind(r) == "vector"]
+        if vec:
+            return vec[0]
+        last = ranges[-1]
+        if int(last.src[0].arg) % 4:
+            return None
+        loads = [x for x in tile.src[0].toposort() if x.op is Ops.LOAD and x.src[0].op is Ops.DEFINE_GLOBAL]
+        if not loads or any(len(x.src) == 3 or aligned_along(x.src[1], {last}, self.affines) is None for x in loads
+                            if last in self.deps[x]):  # fmt: skip
+            return None
+        return last
+
+    def plan_fill(self, tile: UOp) -> None:
+        """The fill's own ranges: a fresh one per tile range, the lane range as quads times four plus lanes."""
+        lane = self.fill_lane(tile)
+        slot, size = tile.arg
+        decl = SharedDecl(f"tile{slot}", tile.dtype, size // 4 if lane is not None else size, lane is not None)
+        fresh: dict[UOp, UOp] = {}
+        loop_ranges: list[UOp] = []
+        quad_of: dict[UOp, UOp] = {}
+        new_lane = None
+        for r in tile.src[1:]:
+            f = r.replace(arg=(r.arg[0] + 100000, "fill", *r.arg[2:]))
+            if r is lane:
+                q = f.replace(src=(UOp.const(dtypes.int64, int(r.src[0].arg) // 4),))
+                new_lane = f.replace(src=(UOp.const(dtypes.int64, 4),), arg=(r.arg[0] + 200000, "fill", *r.arg[2:]))
+                fresh[r] = q * 4 + new_lane
+                quad_of[q] = new_lane
+                loop_ranges.append(q)
+            else:
+                fresh[r] = f
+                loop_ranges.append(f)
+        operand = simplify_kernel(_substitute_outside_tiles(tile.src[0], fresh))
+        self.note(operand)
+        if new_lane is not None:
+            self.note(new_lane)
+            self.lane_ranges.add(new_lane)
+        # neighbouring invocations take neighbouring elements in memory (a transposed operand is read coalesced
+        # and written into the tile's layout), whatever order the tile is laid out in
+        contiguous = {fresh_of for r, fresh_of in zip(tile.src[1:], loop_ranges) if r is not lane and
+                      self.contiguous_in(tile.src[0], r)}  # fmt: skip
+        order = tuple(r for r in loop_ranges if r not in contiguous) + tuple(r for r in loop_ranges if r in contiguous)
+        self.fills[tile] = Fill(decl, operand, tuple(loop_ranges), new_lane,
+                                lane is not None and kind(lane) == "vector", order)  # fmt: skip
+
+    def contiguous_in(self, operand: UOp, r: UOp) -> bool:
+        steps = [affine(n.src[1], self.affines) for n in operand.toposort()
+                 if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL and r in self.deps[n]]  # fmt: skip
+        return bool(steps) and all(a is not None and abs(a[0].get(r, 0)) == 1 for a in steps)
+
+
+def split_index(flat: UOp, ranges: list[UOp]) -> dict[UOp, UOp]:
+    """Each range as a digit of a flat index (the last fastest; the first without a modulo)."""
+    out: dict[UOp, UOp] = {}
+    step: UOp | int = 1
+    for i in range(len(ranges) - 1, -1, -1):
+        r = ranges[i]
+        q = flat if isinstance(step, int) and step == 1 else flat // step
+        out[r] = simplify_kernel(q if i == 0 else q % r.src[0])
+        step = r.src[0] if isinstance(step, int) and step == 1 else step * r.src[0]
+    return out
+
+
+def bind_specials(root: UOp, mapping: dict[UOp, UOp], simplify: bool = True) -> UOp:
+    """root with ranges replaced by their index expressions, except where a REDUCE names its own ranges (a
+    grouped reduction keeps its group ranges as markers) and inside workgroup tiles."""
+    done: dict[UOp, UOp] = {}
+    for n in root.toposort():
+        if n in mapping:
+            done[n] = mapping[n]
+            continue
+        if n.op is Ops.DEFINE_LOCAL:
+            done[n] = n
+            continue
+        src = tuple(done.get(s, s) for s in n.src)
+        if n.op is Ops.REDUCE:
+            src = (src[0], *n.src[1:])
+        done[n] = n if src == n.src else n.replace(src=src)
+    return simplify_kernel(done[root]) if simplify else done[root]
+
+
+def identity(red: UOp) -> UOp:
+    if red.arg is Ops.ADD:
+        return UOp.const(red.dtype, 0)
+    if red.dtype.is_float:
+        return UOp.const(red.dtype, -math.inf)
+    if red.dtype == dtypes.bool:
+        return UOp.const(red.dtype, False)
+    if red.dtype.is_unsigned:
+        return UOp.const(red.dtype, 0)
+    return UOp.const(red.dtype, -(2 ** (8 * red.dtype.itemsize - 1)))
+
+
+def lower(name: str, ast: UOp, opts: tuple[Opt, ...] | list[Opt] = (), *, lanes: bool = True,
+          vec_storage: Any = lambda d: False, wide_float_sums: bool = False) -> Program:  # fmt: skip
+    """The program of kernel ast under opts (checked: an opt that does not apply raises OptError)."""
+    transformed = apply_opts(ast, tuple(opts))
+    if not lanes:  # vector ranges are unrolled: global ones like upcasts, reduce ones like unrolls
+        transformed = _lanes_unrolled(transformed)
+    return Lowerer(name, transformed, lanes, vec_storage, wide_float_sums).lower(tuple(opts))
+
+
+def _lanes_unrolled(ast: UOp) -> UOp:
+    mapping = {}
+    for n in ast.toposort():
+        if n.op is Ops.RANGE and kind(n) == "vector":
+            reduce_side = any(m.op is Ops.REDUCE and n in m.src[1:] for m in ast.toposort())
+            mapping[n] = n.replace(arg=(n.arg[0], "unroll" if reduce_side else "upcast", *n.arg[2:]))
+    return substitute(ast, mapping) if mapping else ast

@@ -1,0 +1,81 @@
+"""Split reductions: a long reduction with few outputs becomes two, so a device has enough to run.
+
+A sum over K elements for each of a few outputs leaves most of a GPU idle: a gradient norm is one
+output (one workgroup for ten million elements), a weight gradient X^T dY summed over batch and
+time has a few hundred thousand outputs, fewer tiles than the GPU has cores. The rewrite (a rule of
+the tensor graph, before kernels are formed) sums S slices of K/S elements each into a small buffer
+(a CONTIGUOUS: S times the outputs, S times the parallelism), then sums the S partial results:
+
+    sum_k x[..., k]  ->  sum_s (sum_j x[..., s * K/S + j])
+
+For a contraction the partial sums are a batched contraction (split-K), tiled like any other. S is
+the smallest power of two giving the device ``parallel`` outputs (tiles of ``TILE`` outputs for a
+contraction), while every slice keeps at least ``MIN_SLICE`` elements; it divides K, so no slice
+is ragged. Reductions reading fewer than ``MIN_WORK`` elements are left alone. A backend that gains
+nothing (the CPU runs its own threads over a reduction) asks for none.
+"""
+
+from __future__ import annotations
+
+import math
+
+from anneal_ir import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+
+MIN_SLICE = 256  # elements a partial sum keeps at least
+MIN_WORK = 1 << 16  # elements a reduction reads before a second kernel is worth launching
+TILE = 8192  # outputs of one workgroup of a tiled contraction (a 64 x 128 tile)
+
+
+def _plan(x: UOp, parallel: int) -> int:
+    """The number of slices for reduction x (1: leave it)."""
+    src = x.src[0]
+    shape = src.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return 1
+    axes = x.arg[1]
+    k = math.prod(shape[a] for a in axes)
+    outputs = math.prod(d for i, d in enumerate(shape) if i not in axes)
+    units = max(1, outputs // TILE) if _product(src) else outputs  # workgroups the kernel would have
+    if units >= parallel or k < 2 * MIN_SLICE or outputs * k < MIN_WORK:
+        return 1
+    s = 1
+    while units * s < parallel and k % (2 * s) == 0 and k // (2 * s) >= MIN_SLICE:
+        s *= 2
+    return s
+
+
+def _product(u: UOp) -> bool:
+    """Is u a product, under movement ops (the factors of a contraction, or its partial sums)?"""
+    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND):
+        u = u.src[0]
+    return u.op is Ops.MUL
+
+
+def _split(ctx: int, x: UOp) -> UOp | None:
+    s = _plan(x, ctx)
+    if s == 1:
+        return None
+    op, axes = x.arg
+    src = x.src[0]
+    shape = src.shape
+    assert shape is not None
+    kept = [i for i in range(len(shape)) if i not in axes]
+    k = math.prod(shape[a] for a in axes)
+    moved = UOp(Ops.PERMUTE, src.dtype, (src,), (*kept, *axes)) if list(axes) != list(range(len(kept), len(shape))) \
+        else src  # fmt: skip
+    out_dims = tuple(shape[i] for i in kept)
+    sliced = UOp(Ops.RESHAPE, src.dtype, (moved,), (*out_dims, s, k // s))
+    n = len(out_dims)
+    partial = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.REDUCE_AXIS, x.dtype, (sliced,), (op, (n + 1,))),))
+    total = UOp(Ops.REDUCE_AXIS, x.dtype, (partial,), (op, (n,)))
+    return UOp(Ops.RESHAPE, x.dtype, (total,), x.shape)
+
+
+_splits = PatternMatcher([(UPat(Ops.REDUCE_AXIS, name="x"), _split)], "split_reductions")
+
+
+def split_reductions(sink: UOp, parallel: int) -> UOp:
+    """sink with each long reduction of few outputs split in two (parallel: outputs the device wants; 0: none)."""
+    if parallel <= 0:
+        return sink
+    return graph_rewrite(sink, _splits, ctx=parallel, name="split_reductions")
