@@ -1,4 +1,5 @@
-"""The WGSL kernel strategies (flat, group, tile) on shapes that select each, against numpy."""
+"""The WGSL kernel shapes the heuristic makes (flat, a workgroup per row or output, staged tiles) on shapes
+that select each, against numpy."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ def t(*shape: int) -> Tensor:
 
 
 def strategies() -> set[str]:
-    return {p.kernel.strategy for p in runner("webgpu").programs.values()}
+    """What each compiled kernel is: "tile" (operands staged in workgroup memory), "group" (a reduction
+    split across a workgroup) or "flat", read from its opts."""
+    kinds = set()
+    for p in runner("webgpu").programs.values():
+        opts = p.kernel.strategy
+        kinds.add("tile" if "STAGE" in opts else "group" if "GROUP" in opts else "flat")
+    return kinds
 
 
 @pytest.fixture(autouse=True)

@@ -178,3 +178,62 @@ def test_dispatch_folds_into_two_dimensions_evenly(adapter: object) -> None:
     np.testing.assert_allclose(run(folded, tensor(folded, a) * 2.0 + 1.0), a * 2 + 1, rtol=1e-6)
     b = rng.standard_normal((41, 257)).astype(np.float32)  # scalar: 10537 invocations, 42 workgroups: 7 x 6
     np.testing.assert_allclose(run(folded, tensor(folded, b) - 3.0), b - 3, rtol=1e-6)
+
+
+def test_a_long_reduction_with_few_outputs_is_split(runner: Runner) -> None:
+    """A sum of 2^20 elements (one output) runs as partial sums, then their sum: two kernels, same value."""
+    a = rng.standard_normal(1 << 20).astype(np.float32)
+    total = UOp(Ops.REDUCE_AXIS, F32, (tensor(runner, a),), (Ops.ADD, (0,)))
+    assert len(runner.scheduler.schedule([total])[0].kernels) == 2
+    np.testing.assert_allclose(run(runner, total), [a.astype(np.float64).sum()], rtol=1e-4)
+    x, y = rng.standard_normal((8192, 48)).astype(np.float32), rng.standard_normal((8192, 40)).astype(np.float32)
+    xt = UOp(Ops.PERMUTE, F32, (tensor(runner, x),), (1, 0))  # a weight gradient x^T y: few outputs, long k
+    grad = matmul(xt, tensor(runner, y))
+    assert len(runner.scheduler.schedule([grad])[0].kernels) == 2  # split-K: partial contractions, then a sum
+    np.testing.assert_allclose(run(runner, grad), x.T @ y, rtol=1e-3, atol=1e-2)
+
+
+def test_rendered_kernels_are_cached_on_disk(adapter: object, tmp_path: object) -> None:
+    """A second backend (a second process) finds the rendered kernel instead of lowering it again."""
+    import anneal_wgpu.runtime as rt
+    from anneal_ir.settings import Settings
+
+    a, b = rng.standard_normal((40, 48)).astype(np.float32), rng.standard_normal((48, 36)).astype(np.float32)
+    first = Runner("webgpu", rt.WebGPUBackend(Settings(cache_dir=str(tmp_path))))
+    out = matmul(tensor(first, a), tensor(first, b))
+    np.testing.assert_allclose(run(first, out), a @ b, rtol=1e-4, atol=1e-4)
+    assert list((tmp_path / "wgsl").glob("*.json"))  # type: ignore[operator]
+    second = rt.WebGPUBackend(Settings(cache_dir=str(tmp_path)))
+    calls: list[str] = []
+    real = rt.render_wgsl
+    try:
+        rt.render_wgsl = lambda *args, **kw: calls.append("render") or real(*args, **kw)  # type: ignore[assignment]
+        prog = second.compile("k0", next(iter(first.programs.values())).ast)
+    finally:
+        rt.render_wgsl = real  # type: ignore[assignment]
+    assert calls == [] and prog.source == next(iter(first.programs.values())).source
+
+
+def test_kernels_rendered_in_parallel_match_the_serial_render(adapter: object, tmp_path: object) -> None:
+    from anneal_ir.settings import Settings
+    from anneal_schedule.analysis import canonical
+    from anneal_schedule.heuristic import choose_opts
+    from anneal_wgpu.runtime import WebGPUBackend
+
+    backend = WebGPUBackend(Settings(cache_dir=str(tmp_path)))
+    shapes = [((24, 32), (32, 20)), ((40, 48), (48, 36)), ((64, 16), (16, 64)), ((8, 8), (8, 8))]
+    outs = [
+        matmul(
+            tensor(Runner("webgpu", backend), rng.standard_normal(s).astype(np.float32)),
+            tensor(Runner("webgpu", backend), rng.standard_normal(t).astype(np.float32)),
+        )
+        for s, t in shapes
+    ]
+    kernels = [k for o in outs for k in Runner("webgpu", backend).scheduler.schedule([o])[0].kernels]
+    backend.prepare([(k.name, k.ast) for k in kernels])
+    for k in kernels:
+        ast = canonical(k.ast)
+        opts = choose_opts(ast, backend.limits)
+        cached = backend.kernel_cache.get(ast, opts, backend.f16)
+        assert cached is not None and cached.source == render_wgsl(k.name, ast, backend.f16, opts).source.replace(
+            f"// {k.name} ", f"// {cached.name} ")  # fmt: skip

@@ -197,6 +197,27 @@ class UOp(metaclass=UOpMeta):
         yield from self.toposort()
 
 
+def flatten(root: UOp) -> list[tuple[Ops, DType, tuple[int, ...], Any]]:
+    """root as a list of (op, dtype, source positions, arg), sources first: a graph of any depth in a form
+    pickle takes (it recurses once per nested node). Args holding nodes are not supported."""
+    order = root.toposort()
+    pos = {n: i for i, n in enumerate(order)}
+    out = []
+    for n in order:
+        if isinstance(n.arg, UOp) or (isinstance(n.arg, tuple) and any(isinstance(a, UOp) for a in n.arg)):
+            raise ValueError(f"flatten: {n.op.name} has a node in its arg")
+        out.append((n.op, n.dtype, tuple(pos[s] for s in n.src), n.arg))
+    return out
+
+
+def unflatten(nodes: list[tuple[Ops, DType, tuple[int, ...], Any]]) -> UOp:
+    """The graph flatten() listed (its last node is the root)."""
+    built: list[UOp] = []
+    for op, dtype, src, arg in nodes:
+        built.append(UOp(op, dtype, tuple(built[i] for i in src), arg))
+    return built[-1]
+
+
 def _content_key(u: UOp) -> bytes:
     h = hashlib.sha256(f"{u.op.name}|{u.dtype.name}|{arg_repr(u.arg)}".encode())
     for s in u.src:

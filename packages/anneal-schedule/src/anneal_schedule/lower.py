@@ -32,7 +32,7 @@ from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sint, sprod, upper, variables
 from anneal_schedule.analysis import kind
 from anneal_schedule.blocks import Block
-from anneal_schedule.decompose import decompose
+from anneal_schedule.decompose import decompositions
 from anneal_schedule.opt import Opt, apply_opts, origin, stride, substitute
 from anneal_schedule.simplify import simplify_kernel
 
@@ -335,7 +335,8 @@ class Lowerer:
             self.reduce(u, b)
             return self.names[u][0]
         if op in (Ops.ERF, Ops.THREEFRY):  # expanded only here: the simplifier never walks their insides
-            expanded = decompose(u)
+            expanded = decompositions.rewrite(u)  # this node alone: its sources are the kernel's own nodes
+            assert expanded is not None
             self.note(expanded)
             return self.ref(expanded, b)
         srcs = tuple(self.ref(s, b) for s in u.src)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from anneal_wgpu.adapters import select_adapter
 from anneal_wgpu.beam import BeamCache, reads_own_output, search
 from anneal_wgpu.kernel_cache import KernelCache
 from anneal_wgpu.render import Kernel, render_wgsl, storage_type
+from anneal_wgpu.render_pool import RenderPool
 
 _STORAGE_NP = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "u32": np.uint32}
 
@@ -73,22 +73,6 @@ class WebGPUProgram:
     ast: UOp
     tuned: bool = True  # False: ANNEAL_BEAM searches its strategy on the first run
     uid: int = field(default_factory=lambda: next(_program_ids))  # per pipeline; bind groups are cached by it
-
-
-# Kernels being rendered by forked workers: a fork shares them with the children, so nothing is pickled but
-# the index and the rendered kernel (deep kernel graphs would exceed pickle's recursion).
-_pending_renders: list[tuple[str, UOp, tuple[Opt, ...]]] = []
-
-
-def _render_pending(i: int) -> Kernel | None:
-    name, ast, opts = _pending_renders[i]
-    try:
-        return render_wgsl(name, ast, _render_f16[0], opts)
-    except Exception:  # build() renders it again and reports the error there, naming the kernel
-        return None
-
-
-_render_f16 = [False]
 
 
 def to_storage(data: np.ndarray, dtype: DType, storage: str) -> np.ndarray:
@@ -130,6 +114,7 @@ class WebGPUBackend:
         cache_root = Path(settings.cache_dir or Path.home() / ".cache" / "anneal")
         self.beam_cache = BeamCache(cache_root / "beam.json") if self.beam > 0 else None
         self.kernel_cache = KernelCache(cache_root / "wgsl")
+        self.render_pool: RenderPool | None = None  # worker processes, started by the first prepare()
         self.wgpu = wgpu
         adapter = select_adapter()
         self.adapter = adapter
@@ -259,8 +244,8 @@ class WebGPUBackend:
 
     # ---- programs ----
     def prepare(self, kernels: list[tuple[str, UOp]]) -> None:
-        """Render the kernels a schedule is about to compile, several at once (processes forked for the pure
-        Python lowering; the GPU is never touched there), into the kernel cache that build() reads."""
+        """Render the kernels a schedule is about to compile in worker processes (the lowering is pure Python),
+        into the kernel cache that build() reads."""
         todo = []
         for name, ast in kernels:
             ast = canonical(ast)
@@ -269,18 +254,12 @@ class WebGPUBackend:
             if self.kernel_cache.get(ast, opts, self.f16) is None:
                 todo.append((name, ast, opts))
         workers = min(len(todo) // 2, os.cpu_count() or 1, MAX_RENDER_PROCESSES)
-        if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        if workers < 2:
             return
-        _pending_renders[:] = todo
-        _render_f16[0] = self.f16
-        try:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                kernels_out = pool.map(_render_pending, range(len(todo)), chunksize=1)
-        except Exception:  # a pool that cannot start only costs the serial renders build() does anyway
-            return
-        finally:
-            _pending_renders.clear()
-        for (_, ast, opts), kernel in zip(todo, kernels_out):
+        if self.render_pool is None:
+            self.render_pool = RenderPool(workers)
+        rendered = self.render_pool.render([(name, ast, opts, self.f16) for name, ast, opts in todo])
+        for (_, ast, opts), kernel in zip(todo, rendered):
             if kernel is not None:
                 self.kernel_cache.put(ast, opts, self.f16, kernel)
 
