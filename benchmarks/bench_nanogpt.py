@@ -11,6 +11,7 @@ with --train the full training run's val loss (target for small: <= 1.88, nanoGP
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -34,7 +35,7 @@ def anneal_stepper(config: dict, device: str) -> tuple[float, Callable[[int], fl
     trainer.step(0)
     first = time.perf_counter() - t0
     if spent:
-        print(f"first step {first:.2f} s: rendering {spent['render']:.2f} s ({spent['renders']} kernels), "
+        print(f"first step {first:.2f} s: lowering and rendering {spent['render']:.2f} s ({spent['renders']} kernels), "
               f"programs built {spent['build']:.2f} s ({spent['builds']})")  # fmt: skip
     trainer.step(1)  # the jit's capture
     return first, trainer.step, trainer
@@ -63,39 +64,52 @@ def torch_stepper(config: dict, device: str, steps: int, vocab: int) -> Callable
 
 
 def _time_compiles(device: str) -> dict[str, float]:
-    """Count the time spent rendering kernels and building programs (WebGPU), for the first step's breakdown."""
+    """Count the time spent lowering kernels (in the render pool, or one at a time) and building programs
+    (WebGPU pipelines), for the first step's breakdown."""
     if device != "webgpu":
         return {}
     import anneal_wgpu.runtime as rt
 
     spent = {"render": 0.0, "renders": 0, "build": 0.0, "builds": 0}
-    render, build = rt.render_wgsl, rt.WebGPUBackend.build
 
-    def timed_render(*a: object, **k: object) -> object:
-        t0 = time.perf_counter()
-        try:
-            return render(*a, **k)  # type: ignore[arg-type]
-        finally:
-            spent["render"] += time.perf_counter() - t0
-            spent["renders"] += 1
+    def timed(fn: Callable, time_key: str, count_key: str) -> Callable:
+        def run(*a: object, **k: object) -> object:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[time_key] += time.perf_counter() - t0
+                spent[count_key] += len(a[1]) if fn is prepare else 1  # type: ignore[arg-type]
 
-    def timed_build(self: object, *a: object, **k: object) -> object:
-        t0 = time.perf_counter()
-        try:
-            return build(self, *a, **k)  # type: ignore[arg-type]
-        finally:
-            spent["build"] += time.perf_counter() - t0
-            spent["builds"] += 1
+        return run
 
-    rt.render_wgsl = timed_render  # type: ignore[assignment]
-    rt.WebGPUBackend.build = timed_build  # type: ignore[method-assign]
+    render, prepare, build = rt.render_wgsl, rt.WebGPUBackend.prepare, rt.WebGPUBackend.build
+    rt.render_wgsl = timed(render, "render", "renders")  # type: ignore[assignment]
+    rt.WebGPUBackend.prepare = timed(prepare, "render", "renders")  # type: ignore[method-assign]
+    rt.WebGPUBackend.build = timed(build, "build", "builds")  # type: ignore[method-assign]
     return spent
 
 
 FP32_PEAK = 66.9e12  # H200 fp32 (non-tensor-core) FLOP/s, for MFU
 
 
-def kernel_classes(trainer: object, device: str, step: int) -> None:
+def contraction_class(ast: object, attention_batch: int) -> str:
+    """A tiled contraction's class by its batch ranges (those both operands vary with): attention's are the
+    batch x heads products, split-K partial sums (weight gradients) are batched over their few slices."""
+    from anneal_schedule.analysis import find_contraction, global_ranges, ranges_of
+
+    deps = ranges_of(ast)  # type: ignore[arg-type]
+    c = find_contraction(ast, deps)  # type: ignore[arg-type]
+    if c is None:
+        return "contractions (linear layers)"
+    batch = [r for r in global_ranges(deps) if r in deps[c.a] and r in deps[c.b]]
+    size = math.prod(int(r.src[0].vmax) for r in batch)
+    if size == attention_batch:
+        return "attention (batched over batch x heads)"
+    return "split-K partial sums (weight gradients)" if batch else "contractions (linear layers)"
+
+
+def kernel_classes(trainer: object, device: str, step: int, attention_batch: int) -> None:
     """GPU time of one jit-replayed step by kernel class (timestamp queries), and the step's MFU."""
     from anneal.realize import runner
 
@@ -116,8 +130,7 @@ def kernel_classes(trainer: object, device: str, step: int) -> None:
         prog = run.programs[kern.ast.key]
         described = getattr(getattr(prog, "kernel", None), "strategy", "")  # opts, or an older strategy label
         if "STAGE" in described or described == "tile":
-            outer = sum(1 for n in kern.ast.toposort() if n.op.name == "RANGE" and n.arg[1] == "global") > 2
-            name = "attention (batched contractions)" if outer else "contractions"
+            name = contraction_class(kern.ast, attention_batch)
         elif "GROUP" in described or described == "group":
             name = "row kernels and grouped reductions"
         elif any(n.op.name == "REDUCE" for n in kern.ast.toposort()):
@@ -197,7 +210,7 @@ def main() -> None:
     ours, theirs = (statistics.median(r[i] for r in rounds) for i in (0, 1))
     ratios = sorted(a / b for a, b in rounds)
     if args.profile:
-        kernel_classes(trainer, args.device, 2 + args.steps * args.rounds)
+        kernel_classes(trainer, args.device, 2 + args.steps * args.rounds, config["batch"] * config["heads"])
         flops = step_flops(config, vocab)
         print(f"MFU (fp32 peak {FP32_PEAK / 1e12:.1f} TFLOP/s): anneal {flops / ours / FP32_PEAK:.1%}, "
               f"torch {flops / theirs / FP32_PEAK:.1%}")  # fmt: skip

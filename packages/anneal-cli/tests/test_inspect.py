@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from click.testing import CliRunner
 
@@ -27,6 +28,7 @@ def test_kernels_show_source_and_the_seam(cli: AnnealGroup, runner: CliRunner) -
     result = runner.invoke(cli, ["kernels", "mlp", "--preset", "tiny", "--device", "cpu", "--backward"])
     assert result.exit_code == 0, result.output
     assert "def k0(" in result.output  # the rendered numpy source
+    assert "  opts: none (" in result.output  # the cpu applies no opts: it says which form each kernel took
     last = result.output.strip().splitlines()[-1]
     fused = int(last.split(";")[1].split()[0])
     assert fused > 0 and "[forward+backward]" in result.output
@@ -36,6 +38,10 @@ def test_kernels_on_webgpu_show_wgsl(cli: AnnealGroup, runner: CliRunner, adapte
     result = runner.invoke(cli, ["kernels", "mlp", "--preset", "tiny", "--device", "webgpu"])
     assert result.exit_code == 0, result.output
     assert "@compute @workgroup_size" in result.output
+    opts = [ln.split("opts: ", 1)[1] for ln in result.output.splitlines() if ln.startswith("  opts: ")]
+    assert opts and all(o == "no opts" or re.fullmatch(r"[A-Z]+\(\d+(, \d+)?\)(, [A-Z]+\(\d+(, \d+)?\))*", o)
+                        for o in opts), opts  # fmt: skip
+    assert any("GROUP(" in o or "LOCAL(" in o for o in opts)  # a kernel runs across a workgroup's invocations
 
 
 def test_explain_prints_the_real_rules(cli: AnnealGroup, runner: CliRunner) -> None:

@@ -53,6 +53,11 @@ def expand(x: UOp, shape: tuple[int, ...]) -> UOp:
     return UOp(Ops.EXPAND, x.dtype, (x,), shape)
 
 
+def c_stages(source: str) -> str:
+    """The C half of a compiled kernel's source (after the Python glue)."""
+    return source.split("/* C stages */", 1)[1]
+
+
 def test_integer_edge_cases_match_numpy_semantics(c_runner: Runner) -> None:
     a = np.array([7, -7, 5, np.iinfo(np.int32).min, 0, 9], np.int32)
     b = np.array([2, 2, 0, -1, 0, -4], np.int32)
@@ -112,6 +117,19 @@ def test_contraction_with_prologue_and_epilogue_goes_through_blas(c_runner: Runn
     np.testing.assert_allclose(run(c_runner, out), np.maximum(np.exp2(a) @ b + bias, 0), rtol=1e-5, atol=1e-4)
     (prog,) = c_runner.programs.values()
     assert prog.compiled and "_contract(" in prog.source and "void " in prog.source
+    assert "acc" not in c_stages(prog.source)  # the stages read the product: no loop over k
+
+
+def test_a_plain_matmul_is_one_blas_call_and_a_copy(c_runner: Runner) -> None:
+    """The stored value is the contraction itself: the store stage reads BLAS's result, it sums nothing."""
+    a, b = rng.standard_normal((48, 32)).astype(np.float32), rng.standard_normal((32, 40)).astype(np.float32)
+    xe = expand(UOp(Ops.RESHAPE, F32, (tensor(c_runner, a),), (48, 1, 32)), (48, 40, 32))
+    we = expand(UOp(Ops.RESHAPE, F32, (UOp(Ops.PERMUTE, F32, (tensor(c_runner, b),), (1, 0)),), (1, 40, 32)),
+                (48, 40, 32))  # fmt: skip
+    np.testing.assert_allclose(run(c_runner, reduce(xe * we, Ops.ADD, (2,))).reshape(48, 40), a @ b, rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
+    (prog,) = c_runner.programs.values()
+    assert prog.compiled and prog.source.count("_contract(") == 1 and "acc" not in c_stages(prog.source)
 
 
 def test_nested_reductions_are_hoisted_not_recomputed(c_runner: Runner) -> None:
@@ -260,7 +278,7 @@ def test_a_sum_of_two_products_becomes_two_contractions(c_runner: Runner) -> Non
     out = reduce(product(ta, tb) + product(tc, td), Ops.ADD, (2,))
     np.testing.assert_allclose(run(c_runner, out).reshape(40, 20), a @ b + c @ d, rtol=1e-5, atol=1e-5)
     (prog,) = c_runner.programs.values()
-    assert prog.source.count("_contract(") == 2
+    assert prog.source.count("_contract(") == 2 and "acc" not in c_stages(prog.source)
 
 
 def test_a_symbolic_size_with_a_division_renders_in_c_and_python(c_runner: Runner, tmp_path: Path) -> None:

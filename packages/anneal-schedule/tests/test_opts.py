@@ -14,7 +14,7 @@ import pytest
 
 from anneal_ir import Ops, UOp, dtypes
 from anneal_ir.symbolic import simplify
-from anneal_schedule.analysis import canonical, find_contraction, ranges_of
+from anneal_schedule.analysis import canonical, find_contraction, flops, ranges_of
 from anneal_schedule.backend import Limits
 from anneal_schedule.decompose import erf_polynomial, threefry_rounds
 from anneal_schedule.heuristic import candidate_opts, choose_opts
@@ -168,3 +168,10 @@ def test_threefry_rounds_known_answer() -> None:
     words = [np.array([w], np.uint32) for w in (0x13198A2E, 0x03707344, 0x243F6A88, 0x85A308D3)]
     x0, x1 = threefry_rounds(*words, np.bitwise_xor, rotl, np.uint32)
     assert (int(x0[0]), int(x1[0])) == (0xC4923A9C, 0x483DF7A0)  # Random123's kat_vectors
+
+
+def test_flops_count_a_matmul_as_2mnk_plus_its_epilogue() -> None:
+    """ANNEAL_DEBUG=2's TFLOP/s: float operations once per point they vary with; index math is free."""
+    ast = kernel(matmul(buf(48, 32), buf(32, 40)) * 2.0)
+    assert flops(ast) == 2 * 48 * 40 * 32 + 48 * 40
+    assert flops(kernel(buf(64, 48) + 1.0)) == 64 * 48

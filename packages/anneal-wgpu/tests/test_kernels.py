@@ -156,6 +156,11 @@ def test_debug_timing_uses_gpu_timestamps(adapter: object, capsys: pytest.Captur
     assert lines, "ANNEAL_DEBUG=2 prints a line per kernel"
     clock = "gpu" if "timestamp-query" in adapter.features else "wall"  # type: ignore[attr-defined]
     assert all(f" us {clock}" in ln for ln in lines)
+    # the rate of the kernel's float operations (64 x 48 multiplies and adds, 64 adds of 1) and its opts
+    (line,) = [ln for ln in lines if "GROUP(" in ln or "LOCAL(" in ln]
+    us = float(line.split(" us ")[0].split()[-1])
+    tflops = float(line.split(" TFLOP/s")[0].split()[-1])
+    assert tflops == pytest.approx((2 * 64 * 48 + 64) / (us * 1e-6) / 1e12, rel=0.01), line
     if backend.timestamps:  # two runs of a compiled kernel: two GPU times, no host round trip between them
         (buf,) = timed.realize([x * 3.0])
         prog = next(p for p in timed.programs.values() if len(p.kernel.bindings) == 2 and "3.0" in p.source)
@@ -237,3 +242,9 @@ def test_kernels_rendered_in_parallel_match_the_serial_render(adapter: object, t
         cached = backend.kernel_cache.get(ast, opts, backend.f16)
         assert cached is not None and cached.source == render_wgsl(k.name, ast, backend.f16, opts).source.replace(
             f"// {k.name} ", f"// {cached.name} ")  # fmt: skip
+    # their pipelines were created ahead, several at once; compiling takes them, and they compute the products
+    assert len(backend.ready_pipelines) == len({k.ast.key for k in kernels})
+    runner = Runner("webgpu", backend)
+    a, b = rng.standard_normal((40, 48)).astype(np.float32), rng.standard_normal((48, 36)).astype(np.float32)
+    np.testing.assert_allclose(run(runner, matmul(tensor(runner, a), tensor(runner, b))), a @ b, rtol=1e-4, atol=1e-4)
+    assert len(backend.ready_pipelines) == len({k.ast.key for k in kernels}) - 1

@@ -55,13 +55,14 @@ def graph(model: str, backward: bool, as_json: bool, preset: str | None, device:
 @click.option("--preset", type=click.Choice(PRESETS), help="Model size [default: the model's default].")
 @click.option("--no-source", is_flag=True, help="Only the one-line summaries.")
 def kernels(model: str, backward: bool, device: str, preset: str | None, no_source: bool) -> None:
-    """Each scheduled kernel of one step of MODEL, with its generated source."""
+    """Each scheduled kernel of one step of MODEL: its opts and generated source."""
     from anneal.introspect import kernel_rows
 
     step, resolved = _step_graph(model, preset, device, backward)
     rows = kernel_rows(step.forward, step.backward, resolved)
     for r in rows:
         click.echo(f"{r.name}  [{r.phase}]  {r.fused_ops} ops  out: {r.output}  in: {', '.join(r.inputs) or '-'}")
+        click.echo(f"  opts: {r.opts}")
         if not no_source:
             click.echo(r.source)
     seam = sum(r.phase == "forward+backward" for r in rows)

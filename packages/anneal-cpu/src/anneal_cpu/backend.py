@@ -54,17 +54,6 @@ def _exp2(x: Any) -> Any:
     return np.where(np.isnan(x), x, r)
 
 
-def _erf(x: Any) -> Any:
-    """The error function, Abramowitz & Stegun 7.1.26 (max abs error 1.5e-7: float32-accurate),
-    the same formula the WGSL and C renderers use (numpy has no erf ufunc)."""
-    x = np.asarray(x)
-    a = np.abs(x)
-    t = 1 / (1 + x.dtype.type(0.3275911) * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    e = _exp2(-a * a * x.dtype.type(1.4426950408889634)) if x.dtype == np.float32 else np.exp(-a * a)
-    return (np.sign(x) * (1 - poly * e)).astype(x.dtype)
-
-
 def _bf16_to_f32(bits: Any) -> Any:
     return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
 
@@ -92,7 +81,6 @@ _NAMESPACE = {
     "_bf16_to_f32": _bf16_to_f32,
     "_f32_to_bf16": _f32_to_bf16,
     "_round_bf16": _round_bf16,
-    "_erf": _erf,
     "_exp2": _exp2,
     "_ptrs": pointers,
     "_vars": var_values,
@@ -105,6 +93,10 @@ class CPUProgram:
     source: str
     fn: Any
     compiled: bool = False  # True: C stages (and BLAS); False: numpy only
+
+    @property
+    def opts(self) -> str:  # the CPU's loops are its own: no opts, only which form the kernel took
+        return "none (C stages, BLAS contractions)" if self.compiled else "none (numpy)"
 
 
 def usable_cores() -> int:

@@ -8,11 +8,11 @@ A kernel becomes a short Python function (the glue) that calls C *stages* and nu
 - a last C stage computes the stored value for every output element, reading contraction
   results as arrays, and stores it.
 
-A C stage is a loop nest over its axes. Every node is emitted once, in the outermost loop
-where all the ranges it depends on exist (so a reduction or a broadcast operand is hoisted
-out of the loops it does not vary with), and each REDUCE is an inner loop with an
-accumulator (float32 sums accumulate in double: C has no pairwise summation). Integer math
-wraps (``-fwrapv``) and integer division by zero gives 0, as the numpy renderer does.
+A C stage is the kernel of its own that computes one array (or the store): it is lowered by
+``anneal_schedule.lower`` like every GPU kernel (hoisting, reduction loops, sums down columns) and
+``CPrinter`` only spells the program in C. Float32 sums accumulate in double (C has no pairwise
+summation); integer math wraps (``-fwrapv``) and integer division by zero gives 0, as the numpy
+renderer does.
 
 ``render_c`` returns None for what it does not handle (16-bit floats; a kernel whose
 reductions would be recomputed per output element); the backend then uses the numpy renderer.
@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from anneal_cpu.render import affine, by_blas, prepare, size_expr, tuple_expr
 from anneal_ir import DType, Ops, UOp, dtypes
-from anneal_ir.sint import sadd, sint, size_code, sprod, variables
-from anneal_schedule.blocks import Block
+from anneal_ir.sint import sadd, sint, sprod, variables
+from anneal_schedule.analysis import nodes_below
+from anneal_schedule.lower import Instr, Operand, Program, lower
+from anneal_schedule.opt import substitute
+from anneal_schedule.simplify import simplify_kernel
 
 _CTYPE = {
     dtypes.bool: "_Bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
@@ -61,19 +62,6 @@ static inline float exp2_f32(float x) {
   float r = p * scale;
   r = x >= 128.0f ? INFINITY : r;
   return x != x ? x : r;
-}
-/* the error function as the numpy and WGSL backends compute it (Abramowitz & Stegun 7.1.26) */
-static inline float erf_f32(float x) {
-  float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
-  float p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  float s = (x > 0.0f) ? 1.0f : ((x < 0.0f) ? -1.0f : 0.0f);
-  return s * (1.0f - p * exp2_f32(-a * a * 1.4426950408889634f));
-}
-static inline double erf_f64(double x) {
-  double a = fabs(x), t = 1.0 / (1.0 + 0.3275911 * a);
-  double p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-  double s = (x > 0.0) ? 1.0 : ((x < 0.0) ? -1.0 : 0.0);
-  return s * (1.0 - p * exp(-a * a));
 }
 """
 
@@ -135,7 +123,6 @@ class CRenderer:
     stages: list[Stage] = field(default_factory=list)
     n_args: int = 0
     counter: int = 0
-    names: dict[UOp, tuple[str, Block]] = field(default_factory=dict)
 
     # ---- analysis ----
     def analyse(self) -> list[UOp]:
@@ -290,53 +277,46 @@ class CRenderer:
 
     def walk(self, root: UOp) -> list[UOp]:
         """The nodes a stage computes: below root, stopping at arrays computed before it."""
-        out, seen, stack = [], set(), [root]
-        while stack:
-            n = stack.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            out.append(n)
-            if n not in self.temps or n is root:
-                stack.extend(n.src)
-        return out
+        return nodes_below(root, lambda n: n not in self.temps)
 
-    # ---- one C function ----
     def fresh(self, prefix: str) -> str:
         self.counter += 1
         return f"{prefix}{self.counter}"
 
-    def render_stage(self, stage: Stage) -> None:
-        self.names = {}
-        params = {t: self.temp_slot(t) for t in self.temps.values() if t != stage.target}
-        body: list[str] = []
-        for i, v in enumerate(self.var_names):
-            body.append(f"const int64_t v_{v} = v[{i}];")
-        root = Block(frozenset(), None)
-        blocks = [root, *self.open_loops(root, stage.axes)]
-        self.params, self.stage, self.pointers = params, stage, {}
-        column = self.column_sum(stage)
-        if column is not None:
-            blocks[-1] = self.render_column_sum(column, stage, blocks)
-        inner = blocks[-1]
-        value = self.ref(stage.value, inner)
+    # ---- one C function: the stage as a kernel, lowered like every other ----
+    def stage_kernel(self, stage: Stage) -> UOp:
+        """The stage as a kernel of its own: arrays of earlier stages read as buffers (by pointer-table slot),
+        its axes loops in stage order (the first one split over threads), the rest of its ranges reductions."""
+        reads: dict[UOp, UOp] = {}
+        for node, name in self.temps.items():
+            if name != stage.target:
+                buf = UOp(Ops.DEFINE_GLOBAL, node.dtype, (), self.temp_slot(name))
+                reads[node] = UOp(Ops.LOAD, node.dtype, (buf, self.flat(self.layout[node])))
         if stage.target == "store":
             store = self.ast.src[0]
-            out = store.src[0]
-            index = self.ref(store.src[1], inner)
-            inner.lines.append(f"{self.pointer(out.arg, out.dtype)}[{index}] = {value};")
+            sink = UOp(Ops.SINK, dtypes.void, (store,))
         else:
-            index = self.flat(self.layout[stage.value])  # the array's layout
-            target = self.temp_slot(stage.target)
-            inner.lines.append(f"{self.pointer(target, stage.value.dtype)}[{index}] = {value};")
-        for blk in reversed(blocks[1:]):  # close innermost first, each into its parent
-            # the outermost loop runs [lo, hi): the glue may split it over threads (stores are disjoint)
-            self.close_loop(blk, *(("lo", "hi") if blk is blocks[1] else ()))
-        # restrict: the arrays of one stage never overlap, so the compiler may vectorize freely
-        body += [f"{ctype(d)}* restrict a{i} = ({ctype(d)}*)p[{i}];" for i, d in sorted(self.pointers.items())]
-        body += root.lines
-        stage.lines = [f"void {stage.name}(void** p, const int64_t* v, int64_t lo, int64_t hi) {{",
-                       *("  " + ln for ln in body), "}"]  # fmt: skip
+            buf = UOp(Ops.DEFINE_GLOBAL, stage.value.dtype, (), self.temp_slot(stage.target))
+            sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (buf, self.flat(self.layout[stage.value]),
+                                                                             stage.value)),))  # fmt: skip
+        sink = substitute(sink, reads)
+        renamed = {r: r.replace(arg=(i, "loop")) for i, r in enumerate(stage.axes)}
+        others = sorted((n for n in sink.toposort() if n.op is Ops.RANGE and n not in renamed), key=lambda r: r.arg[0])
+        renamed |= {r: r.replace(arg=(len(stage.axes) + i, "reduce")) for i, r in enumerate(others)}
+        return substitute(sink, renamed)
+
+    def render_stage(self, stage: Stage) -> None:
+        columns = frozenset({len(stage.axes) - 1}) if self.column_sum(stage) is not None else frozenset()
+        prog = lower(stage.name, self.stage_kernel(stage), lanes=False, wide_float_sums=True, columns=columns)
+        stage.lines = CPrinter(prog, self.var_names).print()
+
+    def flat(self, axes: list[UOp]) -> UOp:
+        """Index of a point in a dense C-order array over axes (in the given order)."""
+        index, stride = UOp.const(dtypes.int64, 0), UOp.const(dtypes.int64, 1)
+        for r in reversed(axes):
+            index = index + r * stride
+            stride = stride * r.src[0]
+        return simplify_kernel(index)
 
     # ---- sums down columns ----
     def column_sum(self, stage: Stage) -> UOp | None:
@@ -364,198 +344,197 @@ class CRenderer:
                     along_sum.add(abs(aff[0].get(self.axis_of[red.src[-1]], 0)))
         return red if along_column == {1} and 1 not in along_sum else None
 
-    def render_column_sum(self, red: UOp, stage: Stage, blocks: list[Block]) -> Block:
-        """Emit the sum as columns into the block around the innermost axis; return the block (a loop
-        over that axis again) in which the rest of the stage reads each column's total."""
-        column, mid = stage.axes[-1], blocks[-2]
-        rc = f"r{self.axis_of[column]}"
-        split = blocks[1] is blocks[-1]  # the innermost axis is the outermost: it runs [lo, hi)
-        start, end = ("lo", "hi") if split else ("0", self.size(self.ends[column]))
-        acc = self.fresh("acc")
-        mid.lines.append(f"double {acc}[{end} - {start}];")
-        mid.lines.append(f"for (int64_t {acc}_i = 0; {acc}_i < {end} - {start}; {acc}_i++) {acc}[{acc}_i] = 0.0;")
-        opened = self.open_loops(mid, [*red.src[1:], column])
-        cells = opened.pop()
-        cells.lines.append(f"{acc}[{rc} - {start}] += {self.ref(red.src[0], cells)};")
-        self.close_loop(cells, start, end, pragma="#pragma omp simd")
-        for blk in reversed(opened):
-            self.close_loop(blk)
-        totals = Block(mid.scope | {column}, mid)
-        self.names[column] = (rc, totals)
-        self.names[red] = (f"(({ctype(red.dtype)}){acc}[{rc} - {start}])", totals)
-        return totals
 
-    def open_loops(self, parent: Block, ranges: list[UOp] | tuple[UOp, ...]) -> list[Block]:
-        """One nested block per range, outermost first, each range's loop variable named in its block."""
-        opened, outer = [], parent
-        for r in ranges:
-            outer = Block(outer.scope | {r}, outer)
-            self.names[r] = (f"r{self.axis_of[r]}", outer)
-            opened.append(outer)
-        return opened
-
-    def close_loop(self, blk: Block, start: str = "0", end: str | None = None, pragma: str | None = None) -> None:
-        """Append blk to its parent as the loop over its range (the one range its parent lacks)."""
-        assert blk.parent is not None
-        r = next(iter(blk.scope - blk.parent.scope))
-        name, end = f"r{self.axis_of[r]}", end if end is not None else self.size(self.ends[r])
-        if pragma:
-            blk.parent.lines.append(pragma)
-        blk.parent.lines.append(f"for (int64_t {name} = {start}; {name} < {end}; {name}++) {{")
-        blk.parent.lines += ["  " + ln for ln in blk.lines] + ["}"]
-
-    def pointer(self, index: int, d: DType) -> str:
-        self.pointers[index] = d
-        return f"a{index}"
-
-    def flat(self, axes: list[UOp]) -> str:
-        """Index of a point in a dense C-order array over axes (in the given order)."""
-        terms = []
-        for i, r in enumerate(axes):
-            stride = sprod(self.ends[q] for q in axes[i + 1 :])
-            name = f"r{self.axis_of[r]}"
-            terms.append(name if stride == 1 else f"{name} * {self.size(stride)}")
-        return " + ".join(terms) or "0"
-
-    def size(self, x: sint) -> str:
-        return size_code(x)  # C: `/` (Python's `//` would open a comment)
-
-    def place(self, u: UOp, current: Block) -> Block:
-        found = current.outermost(self.ranges_of[u])
-        if found is None:
-            raise Unsupported(f"{u.op.name} used outside the loop of its range")
-        return found
-
-    def ref(self, u: UOp, current: Block) -> str:
-        if u.op is Ops.CONST:
-            return literal(u.arg, u.dtype)
-        found = self.names.get(u)
-        if found is not None and found[1] in current.ancestors():
-            return found[0]
-        block = self.place(u, current)
-        expr = self.expr(u, block)
-        name = self.fresh("x")
-        block.lines.append(f"const {ctype(u.dtype)} {name} = {expr};")
-        self.names[u] = (name, block)
-        return name
-
-    def expr(self, u: UOp, b: Block) -> str:
-        op, d = u.op, u.dtype
-        if u in self.temps and self.temps[u] in self.params:  # computed by an earlier stage: read its array
-            return f"{self.pointer(self.params[self.temps[u]], d)}[{self.flat(self.layout[u])}]"
-        if op is Ops.RANGE:
-            raise Unsupported("a range used outside its loop")
-        if op is Ops.DEFINE_VAR:
-            return f"v_{u.arg[0]}"
-        if op is Ops.LOAD:
-            buf = self.pointer(u.src[0].arg, d)
-            idx = self.ref(u.src[1], b)
-            if len(u.src) == 3:
-                return f"({self.ref(u.src[2], b)} ? {buf}[{idx}] : {literal(0, d)})"
-            return f"{buf}[{idx}]"
-        if op is Ops.REDUCE:
-            return self.reduce(u, b)
-        src = [self.ref(s, b) for s in u.src]
-        return self.alu(u, src)
-
-    def alu(self, u: UOp, s: list[str]) -> str:
-        op, d = u.op, u.dtype
-        f32 = d == dtypes.float32
-        if op is Ops.EXP2:
-            return f"{'exp2_f32' if f32 else 'exp2'}({s[0]})"
-        if op is Ops.LOG2:
-            return f"{'log2f' if f32 else 'log2'}({s[0]})"
-        if op is Ops.SIN:
-            return f"{'sinf' if f32 else 'sin'}({s[0]})"
-        if op is Ops.SQRT:
-            return f"{'sqrtf' if f32 else 'sqrt'}({s[0]})"
-        if op is Ops.TRUNC:
-            return f"{'truncf' if f32 else 'trunc'}({s[0]})" if d.is_float else s[0]
-        if op is Ops.ERF:
-            return f"{'erf_f32' if f32 else 'erf_f64'}({s[0]})"
-        if op is Ops.RECIPROCAL:
-            return f"({literal(1, d)} / {s[0]})"
-        if op is Ops.NEG:
-            return f"(({ctype(d)})(-{s[0]}))" if d != dtypes.bool else f"(!{s[0]})"
-        if op in (Ops.ADD, Ops.MUL):
-            sym = "+" if op is Ops.ADD else "*"
-            if d == dtypes.bool:
-                return f"({s[0]} {'|' if op is Ops.ADD else '&'} {s[1]})"
-            return f"(({ctype(d)})({s[0]} {sym} {s[1]}))"
-        if op is Ops.MAX:
-            if d.is_float:
-                return f"{'max_f32' if f32 else 'max_f64'}({s[0]}, {s[1]})"
-            return f"({s[0]} > {s[1]} ? {s[0]} : {s[1]})"
-        if op in (Ops.IDIV, Ops.MOD):
-            return self.div_mod(op, d, *s)
-        if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
-            sym = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}[op]
-            return f"({s[0]} {sym} {s[1]})"
-        if op in (Ops.AND, Ops.OR, Ops.XOR):
-            sym = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[op]
-            return f"(({ctype(d)})({s[0]} {sym} {s[1]}))"
-        if op in (Ops.SHL, Ops.SHR):
-            width = 8 * d.itemsize
-            if op is Ops.SHL:
-                return f"((uint64_t){s[1]} >= {width} ? 0 : ({ctype(d)})((uint64_t){s[0]} << {s[1]}))"
-            edge = f"({s[0]} < 0 ? -1 : 0)" if not d.is_unsigned else "0"
-            return f"((uint64_t){s[1]} >= {width} ? {edge} : ({ctype(d)})({s[0]} >> {s[1]}))"
-        if op is Ops.WHERE:
-            return f"({s[0]} ? {s[1]} : {s[2]})"
-        if op is Ops.CAST:
-            if d == dtypes.bool:
-                return f"({s[0]} != 0)"
-            return f"(({ctype(d)}){s[0]})"
-        if op is Ops.BITCAST:
-            return f"({{ {ctype(d)} bits_; memcpy(&bits_, &{s[0]}, sizeof bits_); bits_; }})"
-        raise Unsupported(op.name)
-
-    @staticmethod
-    def div_mod(op: Ops, d: DType, a: str, c: str) -> str:
-        """C truncating division and remainder; for integers x / 0 = x % 0 = 0 (as the numpy path), and
-        INT_MIN / -1 wraps instead of trapping."""
+# ---- printing a program as C ----
+def alu(op: Ops, d: DType, s: list[str], arg: object = None) -> str:
+    """One ALU instruction in C; integer math wraps (-fwrapv) and x / 0 = x % 0 = 0, as in the numpy path."""
+    f32 = d == dtypes.float32
+    if op is Ops.EXP2:
+        return f"{'exp2_f32' if f32 else 'exp2'}({s[0]})"
+    if op in (Ops.LOG2, Ops.SIN, Ops.SQRT):
+        fn = {Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}[op]
+        return f"{fn}{'f' if f32 else ''}({s[0]})"
+    if op is Ops.TRUNC:
+        return f"{'truncf' if f32 else 'trunc'}({s[0]})" if d.is_float else s[0]
+    if op is Ops.RECIPROCAL:
+        return f"({literal(1, d)} / {s[0]})"
+    if op is Ops.NEG:
+        return f"(({ctype(d)})(-{s[0]}))" if d != dtypes.bool else f"(!{s[0]})"
+    if op in (Ops.ADD, Ops.MUL):
+        if d == dtypes.bool:
+            return f"({s[0]} {'|' if op is Ops.ADD else '&'} {s[1]})"
+        return f"(({ctype(d)})({s[0]} {'+' if op is Ops.ADD else '*'} {s[1]}))"
+    if op is Ops.MAX:
         if d.is_float:
-            f32 = d == dtypes.float32
-            return (
-                f"{'truncf' if f32 else 'trunc'}({a} / {c})"
-                if op is Ops.IDIV
-                else f"{'fmodf' if f32 else 'fmod'}({a}, {c})"
-            )
-        t = ctype(d)
-        plain = f"({t})({a} / {c})" if op is Ops.IDIV else f"({t})({a} % {c})"
-        if not d.is_unsigned:
-            by_minus_one = f"(({t})(-{a}))" if op is Ops.IDIV else "0"
-            plain = f"({c} == ({t})-1 ? {by_minus_one} : {plain})"
-        return f"({c} == 0 ? 0 : {plain})"
+            return f"{'max_f32' if f32 else 'max_f64'}({s[0]}, {s[1]})"
+        return f"({s[0]} > {s[1]} ? {s[0]} : {s[1]})"
+    if op in (Ops.IDIV, Ops.MOD):
+        return div_mod(op, d, s[0], s[1], nonneg=arg == "nonneg")
+    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+        return f"({s[0]} {({Ops.CMPLT: '<', Ops.CMPNE: '!=', Ops.CMPEQ: '=='})[op]} {s[1]})"
+    if op in (Ops.AND, Ops.OR, Ops.XOR):
+        return f"(({ctype(d)})({s[0]} {({Ops.AND: '&', Ops.OR: '|', Ops.XOR: '^'})[op]} {s[1]}))"
+    if op in (Ops.SHL, Ops.SHR):
+        width = 8 * d.itemsize
+        if op is Ops.SHL:
+            return f"((uint64_t){s[1]} >= {width} ? 0 : ({ctype(d)})((uint64_t){s[0]} << {s[1]}))"
+        edge = f"({s[0]} < 0 ? -1 : 0)" if not d.is_unsigned else "0"
+        return f"((uint64_t){s[1]} >= {width} ? {edge} : ({ctype(d)})({s[0]} >> {s[1]}))"
+    if op is Ops.WHERE:
+        return f"({s[0]} ? {s[1]} : {s[2]})"
+    if op is Ops.CAST:
+        return f"({s[0]} != 0)" if d == dtypes.bool else f"(({ctype(d)}){s[0]})"
+    if op is Ops.BITCAST:
+        return f"({{ {ctype(d)} bits_; memcpy(&bits_, &{s[0]}, sizeof bits_); bits_; }})"
+    raise Unsupported(op.name)
 
-    def reduce(self, u: UOp, b: Block) -> str:
-        d = u.dtype
-        acc = self.fresh("acc")
-        wide = "double" if d == dtypes.float32 and u.arg is Ops.ADD else ctype(d)  # float sums in double
-        if u.arg is Ops.ADD:
-            identity = literal(0, d)
-        elif d.is_float:
-            identity = literal(-math.inf, d)
-        elif d == dtypes.bool:
-            identity = "0"
-        else:
-            identity = literal(int(np.iinfo(d.np).min), d)
-        b.lines.append(f"{wide} {acc} = {identity};")
-        opened = self.open_loops(b, u.src[1:])
-        inner = opened[-1]
-        value = self.ref(u.src[0], inner)
-        if u.arg is Ops.ADD:
-            inner.lines.append(f"{acc} = {acc} + {value};" if d != dtypes.bool else f"{acc} = {acc} | {value};")
-        elif d.is_float:
-            inner.lines.append(f"{acc} = {'max_f32' if d == dtypes.float32 else 'max_f64'}({acc}, {value});")
-        else:
-            inner.lines.append(f"{acc} = ({value} > {acc}) ? {value} : {acc};")
-        kind = "+" if u.arg is Ops.ADD else MAX_REDUCTION.get(d, "max")
-        # a sum may be reassociated, a max reordered: the innermost loop is a vector reduction
-        simd = f"#pragma omp simd reduction({kind}:{acc})" if d != dtypes.bool else None
-        for blk in reversed(opened):
-            self.close_loop(blk, pragma=simd if blk is inner else None)
-        return f"(({ctype(d)}){acc})"
+
+def div_mod(op: Ops, d: DType, a: str, c: str, nonneg: bool = False) -> str:
+    """C truncating division and remainder; for integers x / 0 = x % 0 = 0 (as the numpy path), and
+    INT_MIN / -1 wraps instead of trapping."""
+    if d.is_float:
+        f32 = d == dtypes.float32
+        if op is Ops.IDIV:
+            return f"{'truncf' if f32 else 'trunc'}({a} / {c})"
+        return f"{'fmodf' if f32 else 'fmod'}({a}, {c})"
+    t = ctype(d)
+    plain = f"({t})({a} / {c})" if op is Ops.IDIV else f"({t})({a} % {c})"
+    if nonneg:  # the lowering proved a >= 0 and c > 0
+        return plain
+    if not d.is_unsigned:
+        by_minus_one = f"(({t})(-{a}))" if op is Ops.IDIV else "0"
+        plain = f"({c} == ({t})-1 ? {by_minus_one} : {plain})"
+    return f"({c} == 0 ? 0 : {plain})"
+
+
+@dataclass
+class CPrinter:
+    """A lowered stage as one C function ``void name(void** p, const int64_t* v, int64_t lo, int64_t hi)``:
+    p the pointer table, v the Variables' values, [lo, hi) the part of the first loop this call runs."""
+
+    prog: Program
+    var_names: list[str]  # the glue's order of v
+    types: dict[str, DType] = field(default_factory=dict)
+
+    def operand(self, x: Operand) -> str:
+        return literal(x.arg, x.dtype) if isinstance(x, UOp) else x
+
+    def src_dtype(self, x: Operand) -> DType:
+        return x.dtype if isinstance(x, UOp) else self.types[x]
+
+    def combine(self, op: Ops, d: DType, acc: str, v: str) -> str:
+        if d == dtypes.bool:
+            return f"({acc} | {v})"
+        if op is Ops.ADD:
+            return f"({acc} + {v})"
+        return alu(Ops.MAX, d, [acc, v])
+
+    def line(self, ins: Instr) -> str:
+        op, name, d = ins.op, ins.name, ins.dtype
+        if name:
+            self.types[name] = d
+        if op in ("exit", "lanes"):  # one invocation: nothing leaves, no vector lanes
+            return ""
+        if op == "var":
+            return f"const int64_t {name} = v_{ins.arg};"
+        if op == "load":
+            space, slot, mode = ins.arg
+            assert space == "global" and mode == "elem", ins
+            idx = self.operand(ins.srcs[0])
+            if len(ins.srcs) == 2:
+                return f"const {ctype(d)} {name} = {self.operand(ins.srcs[1])} ? a{slot}[{idx}] : {literal(0, d)};"
+            return f"const {ctype(d)} {name} = a{slot}[{idx}];"
+        if op == "store":
+            space, slot, mode = ins.arg
+            assert space == "global" and mode == "elem", ins
+            stored = f"a{slot}[{self.operand(ins.srcs[0])}] = {self.operand(ins.srcs[1])};"
+            return f"if ({self.operand(ins.srcs[2])}) {{ {stored} }}" if len(ins.srcs) == 3 else stored
+        if op == "acc":
+            return f"{ctype(d)} {name} = {literal(ins.arg.arg, d)};"
+        if op == "update":
+            acc = str(ins.srcs[0])
+            if len(ins.srcs) == 3:
+                a, b = (self.operand(s) for s in ins.srcs[1:])
+                return f"{acc} = {acc} + {a} * {b};"
+            v = self.operand(ins.srcs[1])
+            if self.src_dtype(ins.srcs[1]) != d:
+                v = f"(({ctype(d)}){v})"
+            return f"{acc} = {self.combine(ins.arg, d, acc, v)};"
+        if op == "acc_array":
+            (size,) = (self.operand(s) for s in ins.srcs)
+            return (f"{ctype(d)} {name}[{size}]; "
+                    f"for (int64_t i_ = 0; i_ < {size}; i_++) {name}[i_] = {literal(ins.arg.arg, d)};")  # fmt: skip
+        if op == "update_at":
+            arr, at, value = (self.operand(s) for s in ins.srcs)
+            return f"{arr}[{at}] = {self.combine(Ops.ADD, d, f'{arr}[{at}]', value)};"
+        if op == "acc_at":
+            arr, at = (self.operand(s) for s in ins.srcs)
+            return f"const {ctype(d)} {name} = {arr}[{at}];"
+        if op == "loop":
+            loop_kind, rid = ins.arg
+            start, end = (self.operand(s) for s in ins.srcs[:2])
+            if rid == 0 and loop_kind in ("loop", "column"):  # the first axis: the part [lo, hi) this call runs
+                start, end = "lo", "hi"
+            return f"for (int64_t {name} = {start}; {name} < {end}; {name}++) {{"
+        if op == "end":
+            return "}"
+        if isinstance(op, Ops):
+            srcs = [self.operand(s) for s in ins.srcs]
+            return f"const {ctype(d)} {name} = {alu(op, d, srcs, ins.arg)};"
+        raise Unsupported(f"instruction {op}")
+
+    def pragmas(self) -> dict[int, str]:
+        """The innermost loops that update accumulators: vector reductions (a sum may be reassociated, a
+        NaN-winning max reordered), or plain simd loops over a column array."""
+        out: dict[int, str] = {}
+        instrs = self.prog.instrs
+        stack: list[int] = []
+        body: dict[int, list[Instr]] = {}
+        nested: set[int] = set()
+        for i, ins in enumerate(instrs):
+            if ins.op == "loop":
+                if stack:
+                    nested.add(stack[-1])
+                stack.append(i)
+                body[i] = []
+            elif ins.op == "end":
+                stack.pop()
+            elif stack:
+                body[stack[-1]].append(ins)
+        for i, inner in body.items():
+            if i in nested:
+                continue
+            updates = [ins for ins in inner if ins.op == "update"]
+            if any(ins.op == "update_at" for ins in inner):
+                out[i] = "#pragma omp simd"
+            elif updates and all(u.dtype != dtypes.bool for u in updates):
+                by_kind: dict[str, list[str]] = {}
+                for u in updates:
+                    k = "+" if u.arg is Ops.ADD else MAX_REDUCTION.get(u.dtype, "max")
+                    by_kind.setdefault(k, []).append(str(u.srcs[0]))
+                out[i] = "#pragma omp simd " + " ".join(f"reduction({k}:{','.join(dict.fromkeys(a))})"
+                                                        for k, a in by_kind.items())  # fmt: skip
+        return out
+
+    def print(self) -> list[str]:
+        prog = self.prog
+        body = [f"const int64_t v_{v} = v[{i}];" for i, v in enumerate(self.var_names)]
+        # restrict: the arrays of one stage never overlap, so the compiler may vectorize freely
+        body += [f"{ctype(b.dtype)}* restrict a{b.slot} = ({ctype(b.dtype)}*)p[{b.slot}];" for b in prog.buffers]
+        pragmas = self.pragmas()
+        depth = 0
+        for i, ins in enumerate(prog.instrs):
+            text = self.line(ins)
+            if ins.op == "end":
+                depth -= 1
+            if i in pragmas:
+                body.append("  " * depth + pragmas[i])
+            if text:
+                body.append("  " * depth + text)
+            if ins.op == "loop":
+                depth += 1
+        return [f"void {prog.name}(void** p, const int64_t* v, int64_t lo, int64_t hi) {{",
+                *("  " + ln for ln in body), "}"]  # fmt: skip
 
 
 def loop_iterations(ast: UOp) -> int:

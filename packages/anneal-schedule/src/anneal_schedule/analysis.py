@@ -6,9 +6,11 @@ some of them while fusing (``fusable_reductions``), the optimizer asks them to p
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from anneal_ir import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from anneal_ir import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 
 
 def ranges_of(ast: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -22,6 +24,83 @@ def ranges_of(ast: UOp) -> dict[UOp, frozenset[UOp]]:
         else:
             out[n] = frozenset().union(*(out[s] for s in n.src))
     return out
+
+
+_NOT_FLOPS = frozenset({Ops.CAST, Ops.BITCAST, Ops.LOAD, Ops.STORE, Ops.CONST, Ops.RANGE, Ops.DEFINE_GLOBAL,
+                        Ops.DEFINE_VAR, Ops.SINK})  # fmt: skip
+
+
+def flops(ast: UOp) -> int:
+    """Float operations a kernel performs: every float ALU node once per point of the ranges it varies with (a
+    reduction's combine once per point of its operand's), symbolic extents at their upper bound. A matmul's
+    M x N x K multiplies and adds give 2MNK; index arithmetic (integers) is not counted."""
+    deps = ranges_of(ast)
+    total = 0
+    for n in ast.toposort():
+        if n.op in _NOT_FLOPS or not n.dtype.is_float:
+            continue
+        points = deps[n.src[0]] if n.op is Ops.REDUCE else deps[n]
+        total += math.prod(extent(r) for r in points)
+    return total
+
+
+Affine = tuple[dict[UOp, int], int]
+
+
+def affine(u: UOp, memo: dict[UOp, Affine | None] | None = None) -> Affine | None:
+    """An index as sum(coefficient * term) + offset: terms are ranges, or any node that is not an add, a
+    multiply by a constant or a negation (a division, the workgroup index...)."""
+    memo = {} if memo is None else memo
+    if u in memo:
+        return memo[u]
+    out: Affine | None = None
+    if u.op is Ops.CONST:
+        out = ({}, int(u.arg)) if isinstance(u.arg, int) and not isinstance(u.arg, bool) else None
+    elif u.op is Ops.ADD:
+        a, b = affine(u.src[0], memo), affine(u.src[1], memo)
+        if a is not None and b is not None:
+            coeffs = dict(a[0])
+            for k, v in b[0].items():
+                coeffs[k] = coeffs.get(k, 0) + v
+            out = {k: v for k, v in coeffs.items() if v}, a[1] + b[1]
+    elif u.op is Ops.MUL and any(s.op is Ops.CONST for s in u.src):
+        x, c = (u.src[0], u.src[1]) if u.src[1].op is Ops.CONST else (u.src[1], u.src[0])
+        inner = affine(x, memo)
+        if inner is not None:
+            factor = int(c.arg)
+            out = {r: v * factor for r, v in inner[0].items() if v * factor}, inner[1] * factor
+    elif u.op is Ops.NEG:
+        inner = affine(u.src[0], memo)
+        out = None if inner is None else ({r: -v for r, v in inner[0].items()}, -inner[1])
+    elif u.dtype.is_int:
+        out = {u: 1}, 0
+    memo[u] = out
+    return out
+
+
+def nodes_below(root: UOp, descend: Callable[[UOp], bool]) -> list[UOp]:
+    """root and the nodes under it, not looking below a node for which descend is False (root excepted)."""
+    out, seen, stack = [], set(), [root]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        out.append(n)
+        if n is root or descend(n):
+            stack.extend(n.src)
+    return out
+
+
+def identity(red: UOp) -> UOp:
+    """The value a reduction starts from (and what a guarded term of it contributes)."""
+    if red.arg is Ops.ADD:
+        return UOp.const(red.dtype, 0)
+    if red.dtype.is_float:
+        return UOp.const(red.dtype, -math.inf)
+    if red.dtype == dtypes.bool:
+        return UOp.const(red.dtype, False)
+    return UOp.const(red.dtype, -(2 ** (8 * red.dtype.itemsize - 1)) if not red.dtype.is_unsigned else 0)
 
 
 def kind(r: UOp) -> str:

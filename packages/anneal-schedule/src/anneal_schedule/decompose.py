@@ -76,10 +76,6 @@ decompositions = PatternMatcher([
 ], "decompose")  # fmt: skip
 
 
-def decompose(ast: UOp, ops: frozenset[Ops] = frozenset({Ops.ERF, Ops.THREEFRY})) -> UOp:
-    """ast with the given primitives expanded (the CPU renderers keep their own erf, matched bit for bit)."""
-    if ops == frozenset({Ops.ERF, Ops.THREEFRY}):
-        return graph_rewrite(ast, decompositions, name="decompose")
-    chosen = [(r.pattern, r.fn) for r in decompositions.rules if r.pattern.ops and r.pattern.ops <= ops]
-    matcher = PatternMatcher(chosen, "decompose")
-    return graph_rewrite(ast, matcher, name="decompose")
+def decompose(ast: UOp) -> UOp:
+    """ast with every primitive expanded (the numpy renderer's way; the lowering expands one node at a time)."""
+    return graph_rewrite(ast, decompositions, name="decompose")

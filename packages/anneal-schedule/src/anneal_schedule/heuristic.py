@@ -25,6 +25,7 @@ import math
 from anneal_ir import Ops, UOp
 from anneal_schedule.analysis import (
     Contraction,
+    affine,
     const_extent,
     extent,
     find_contraction,
@@ -134,8 +135,6 @@ def row_opts(ast: UOp, limits: Limits, local: int | None = None, vec: bool = Tru
 
 def _contiguous_along(operand: UOp, r: UOp) -> bool:
     """Does operand read memory one element apart along r (in every load that varies with r)?"""
-    from anneal_schedule.lower import affine
-
     loads = [n for n in operand.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]
     steps = [affine(n.src[1]) for n in loads]
     varying = [a for a in steps if a is not None and r in a[0]]

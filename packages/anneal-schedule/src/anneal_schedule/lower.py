@@ -30,7 +30,7 @@ from typing import Any
 
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sint, sprod, upper, variables
-from anneal_schedule.analysis import kind
+from anneal_schedule.analysis import Affine, affine, identity, kind, nodes_below
 from anneal_schedule.blocks import Block
 from anneal_schedule.decompose import decompositions
 from anneal_schedule.opt import Opt, apply_opts, origin, stride, substitute
@@ -46,7 +46,9 @@ class Instr:
     load (arg: space, slot, mode), store (arg: space, slot, mode; srcs: index, value[, valid]),
     acc (arg: identity CONST), update (srcs: acc, value, or acc, a, b for acc + a * b; arg: Ops.ADD or
     Ops.MAX), reg (a mutable register: srcs: its first value), set (srcs: its new value), loop (srcs: start,
-    end, step), end, barrier, group (srcs: own value; arg: shared name, size, combine), lanes (the
+    end, step; arg: (kind, range id), kind "loop", "reduce" or "column"), end, barrier, acc_array (an array of
+    accumulators, srcs: its size; arg: identity), update_at (srcs: array, element, value; arg: Ops.ADD), acc_at
+    (srcs: array, element), group (srcs: own value; arg: shared name, size, combine), lanes (the
     vec4 0, 1, 2, 3), extract (srcs: vec4; arg: component), combine (the four lanes of a vec4 acc;
     arg: combine), exit (srcs: condition: every invocation of the workgroup leaves), var (arg: name).
 
@@ -102,40 +104,6 @@ def end_of(r: UOp) -> sint:
     return int(r.src[0].arg) if r.src[0].op is Ops.CONST else r.src[0]
 
 
-Affine = tuple[dict[UOp, int], int]
-
-
-def affine(u: UOp, memo: dict[UOp, Affine | None] | None = None) -> Affine | None:
-    """An index as sum(coefficient * term) + offset: terms are ranges, or any node that is not an add, a
-    multiply by a constant or a negation (a division, the workgroup index...)."""
-    memo = {} if memo is None else memo
-    if u in memo:
-        return memo[u]
-    out: Affine | None = None
-    if u.op is Ops.CONST:
-        out = ({}, int(u.arg)) if isinstance(u.arg, int) and not isinstance(u.arg, bool) else None
-    elif u.op is Ops.ADD:
-        a, b = affine(u.src[0], memo), affine(u.src[1], memo)
-        if a is not None and b is not None:
-            coeffs = dict(a[0])
-            for k, v in b[0].items():
-                coeffs[k] = coeffs.get(k, 0) + v
-            out = {k: v for k, v in coeffs.items() if v}, a[1] + b[1]
-    elif u.op is Ops.MUL and any(s.op is Ops.CONST for s in u.src):
-        x, c = (u.src[0], u.src[1]) if u.src[1].op is Ops.CONST else (u.src[1], u.src[0])
-        inner = affine(x, memo)
-        if inner is not None:
-            factor = int(c.arg)
-            out = {r: v * factor for r, v in inner[0].items() if v * factor}, inner[1] * factor
-    elif u.op is Ops.NEG:
-        inner = affine(u.src[0], memo)
-        out = None if inner is None else ({r: -v for r, v in inner[0].items()}, -inner[1])
-    elif u.dtype.is_int:
-        out = {u: 1}, 0
-    memo[u] = out
-    return out
-
-
 def aligned_along(index: UOp, lanes: set[UOp] | frozenset[UOp], memo: dict[UOp, Affine | None],
                   deps: dict[UOp, frozenset[UOp]] | None = None) -> UOp | None:  # fmt: skip
     """The lane range along which index reads four neighbouring, 16-byte aligned elements (or None)."""
@@ -185,16 +153,8 @@ def expand(ast: UOp, kinds: frozenset[str]) -> UOp:
 
 
 def _outside_tiles(root: UOp) -> list[UOp]:
-    out, seen, stack = [], set(), [root]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        out.append(n)
-        if n.op is not Ops.DEFINE_LOCAL:
-            stack.extend(n.src)
-    return out
+    """The kernel's nodes, not looking inside staged tiles (their operands are computed by the fill)."""
+    return nodes_below(root, lambda n: n.op is not Ops.DEFINE_LOCAL)
 
 
 def _substitute_outside_tiles(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
@@ -240,6 +200,7 @@ class Lowerer:
     lanes: bool  # vector ranges are vec4 lanes (WGSL); else they are expanded
     vec_storage: Any  # dtype -> bool: may this buffer be declared as vec4s?
     wide_float_sums: bool = False  # float32 sums accumulate in float64 (C, to match the numpy path)
+    column_ids: frozenset[int] = frozenset()  # loop ranges (by id) whose sums run as columns
     instrs_of: dict[int, list[Instr]] = field(default_factory=dict)
     names: dict[UOp, tuple[Operand, Block]] = field(default_factory=dict)
     deps: dict[UOp, frozenset[UOp]] = field(default_factory=dict)
@@ -258,6 +219,7 @@ class Lowerer:
     block_ends: dict[int, list[Instr]] = field(default_factory=dict)  # instructions that close a loop body
     names_of_regs: dict[str, tuple[DType, int]] = field(default_factory=dict)
     lid: UOp = field(default_factory=lambda: UOp.const(dtypes.int64, 0))
+    columns: set[UOp] = field(default_factory=set)  # the ranges of column_ids
 
     # ---- analysis ----
     def analyse(self) -> None:
@@ -453,13 +415,54 @@ class Lowerer:
             self.emit(root, Instr("lanes", self.lane_name, dtypes.int32, 4))
         return self.lane_name
 
-    def loop_range_of(self, b: Block) -> UOp | None:
-        """The range of the loop whose body b is (None for the root and the stores' loops)."""
+    def loop_range_of(self, b: Block, of_kind: str = "reduce") -> UOp | None:
+        """The range of the loop of this kind whose body b is (None for the root and other blocks)."""
         if b.parent is None:
             return None
         new = b.scope - b.parent.scope
         r = next(iter(new)) if len(new) == 1 else None
-        return r if r is not None and kind(r) == "reduce" else None
+        return r if r is not None and kind(r) == of_kind else None
+
+    def column_reduce(self, u: UOp, b: Block, column: UOp) -> None:
+        """u (and its siblings) for every value of the column at once, outside the column's loop: an array of
+        accumulators filled by a loop nest whose innermost loop is the column; u is then element [column]."""
+        outside = b.parent
+        assert outside is not None
+        saved = self.names.pop(column)
+        siblings = [n for n in self.reduces if n not in self.names and self.reduce_key(n) == self.reduce_key(u)
+                    and column in self.deps[n] and b.outermost(self.deps[n]) is b]  # fmt: skip
+        if u not in siblings:
+            siblings.insert(0, u)
+        arrays = []
+        for s in siblings:
+            arr = self.fresh("acc")
+            self.emit(outside, Instr("acc_array", arr, self.acc_dtype(s), 1, (self.size_operand(column, outside),),
+                                     identity(s)))  # fmt: skip
+            arrays.append(arr)
+        inner = outside
+        opened = []
+        for r in [*(r for r in u.src[1:] if kind(r) in ("reduce", "inner")), column]:
+            inner = Block(inner.scope | {r}, inner)
+            name = self.fresh("r" if r is not column else "c")
+            self.names[r] = (name, inner)
+            bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, outside), UOp.const(dtypes.int32, 1))
+            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds, ("column" if r is column else "reduce",
+                                                                           r.arg[0])))  # fmt: skip
+            opened.append(inner)
+        for s, arr in zip(siblings, arrays):
+            srcs = (arr, self.names[column][0], self.ref(s.src[0], inner))
+            self.emit(inner, Instr("update_at", "", self.acc_dtype(s), 1, srcs, s.arg))
+        for blk in reversed(opened):
+            self.close(blk)
+        self.names[column] = saved
+        for s, arr in zip(siblings, arrays):
+            at = self.fresh()
+            self.emit(b, Instr("acc_at", at, self.acc_dtype(s), 1, (arr, saved[0])))
+            result = at
+            if self.acc_dtype(s) != s.dtype:
+                result = self.fresh()
+                self.emit(b, Instr(Ops.CAST, result, s.dtype, 1, (at,)))
+            self.names[s] = (result, b)
 
     def fill_elements(self, fill: Fill) -> list[tuple[UOp, UOp, UOp | None]]:
         """(value, tile index, valid) of each element this invocation fills: e = lid + j * workgroup."""
@@ -487,7 +490,15 @@ class Lowerer:
 
     # ---- reductions ----
     def reduce(self, u: UOp, b: Block) -> None:
-        """u and every reduction with the same loops in the same block: one loop nest, updates interleaved."""
+        """u and every reduction with the same loops in the same block: one loop nest, updates interleaved.
+
+        A reduction inside the loop over a range of ``columns`` runs outside it instead, for every column at once (an
+        accumulator array, the column the innermost loop): a sum down columns reads memory in order, and what
+        depends on the row alone is computed once per row."""
+        column = next((c for c in self.columns if c in self.deps[u] and self.loop_range_of(b, "loop") is c), None)
+        if column is not None:
+            self.column_reduce(u, b, column)
+            return
         key = self.reduce_key(u)
         siblings = [n for n in self.reduces if n not in self.names and self.reduce_key(n) == key
                     and b.outermost(self.deps[n]) is b]  # fmt: skip
@@ -509,8 +520,8 @@ class Lowerer:
             inner = Block(inner.scope | {r}, inner)
             name = self.fresh("r")
             self.names[r] = (name, inner)
-            self.emit(inner, Instr("loop", name, dtypes.int32, 1, (UOp.const(dtypes.int32, 0), self.size_operand(r, b),
-                                                                  UOp.const(dtypes.int32, 1))))  # fmt: skip
+            bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, b), UOp.const(dtypes.int32, 1))
+            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds, ("reduce", r.arg[0])))
             opened.append(inner)
         if unrolls:
             combos = list(itertools.product(*(range(int(r.src[0].arg)) for r in unrolls)))
@@ -585,6 +596,7 @@ class Lowerer:
         # neighbouring memory; across a row of a tile they read one word of the other operand: a broadcast)
         locals_ = sorted((r for r in ranges if kind(r) == "local"), key=lambda r: (origin(r), -stride(r)))
         loops = [r for r in ranges if kind(r) == "loop"]
+        self.columns = {r for r in loops if r.arg[0] in self.column_ids}
         groups_of = {n: [r for r in n.src[1:] if kind(r) == "group"] for n in nodes if n.op is Ops.REDUCE}
         local_size = math.prod(int(r.src[0].arg) for r in locals_) if locals_ else None
         group_sizes = {math.prod(int(r.src[0].arg) for r in g) for g in groups_of.values() if g}
@@ -632,7 +644,7 @@ class Lowerer:
             name = self.fresh("l")
             self.names[r] = (name, inner)
             bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, root), UOp.const(dtypes.int32, 1))
-            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds))
+            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds, ("loop", r.arg[0])))
             opened.append(inner)
         for st in stores:
             self.store(st, inner)
@@ -778,25 +790,17 @@ def bind_specials(root: UOp, mapping: dict[UOp, UOp], simplify: bool = True) -> 
     return simplify_kernel(done[root]) if simplify else done[root]
 
 
-def identity(red: UOp) -> UOp:
-    if red.arg is Ops.ADD:
-        return UOp.const(red.dtype, 0)
-    if red.dtype.is_float:
-        return UOp.const(red.dtype, -math.inf)
-    if red.dtype == dtypes.bool:
-        return UOp.const(red.dtype, False)
-    if red.dtype.is_unsigned:
-        return UOp.const(red.dtype, 0)
-    return UOp.const(red.dtype, -(2 ** (8 * red.dtype.itemsize - 1)))
-
-
 def lower(name: str, ast: UOp, opts: tuple[Opt, ...] | list[Opt] = (), *, lanes: bool = True,
-          vec_storage: Any = lambda d: False, wide_float_sums: bool = False) -> Program:  # fmt: skip
-    """The program of kernel ast under opts (checked: an opt that does not apply raises OptError)."""
+          vec_storage: Any = lambda d: False, wide_float_sums: bool = False,
+          columns: frozenset[int] = frozenset()) -> Program:  # fmt: skip
+    """The program of kernel ast under opts (checked: an opt that does not apply raises OptError).
+
+    A reduction directly inside the loop over a range in ``columns`` (ids of "loop" ranges) runs for every
+    value of that range at once, before the loop: see ``Lowerer.reduce``."""
     transformed = apply_opts(ast, tuple(opts))
     if not lanes:  # vector ranges are unrolled: global ones like upcasts, reduce ones like unrolls
         transformed = _lanes_unrolled(transformed)
-    return Lowerer(name, transformed, lanes, vec_storage, wide_float_sums).lower(tuple(opts))
+    return Lowerer(name, transformed, lanes, vec_storage, wide_float_sums, columns).lower(tuple(opts))
 
 
 def _lanes_unrolled(ast: UOp) -> UOp:

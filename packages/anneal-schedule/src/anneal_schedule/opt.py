@@ -38,7 +38,7 @@ from enum import Enum, auto
 from typing import Any
 
 from anneal_ir import Ops, UOp, dtypes
-from anneal_schedule.analysis import const_extent, kind, ranges_of
+from anneal_schedule.analysis import affine, const_extent, identity, kind, ranges_of
 from anneal_schedule.simplify import simplify_kernel
 
 INDEX = dtypes.int64
@@ -112,16 +112,6 @@ def _find(ast: UOp, rid: int) -> UOp:
     raise OptError(f"no range {rid} in the kernel")
 
 
-def _identity(red: UOp) -> UOp:
-    if red.arg is Ops.ADD:
-        return UOp.const(red.dtype, 0)
-    if red.dtype.is_float:
-        return UOp.const(red.dtype, -math.inf)
-    if red.dtype == dtypes.bool:
-        return UOp.const(red.dtype, False)
-    return UOp.const(red.dtype, -(2 ** (8 * red.dtype.itemsize - 1)) if not red.dtype.is_unsigned else 0)
-
-
 def _gate(ast: UOp, old: UOp, parts: tuple[UOp, ...], expr: UOp, guard: UOp | None) -> UOp:
     """ast with range old replaced by expr over parts: a REDUCE over old reduces over the parts, and a guard
     (where expr runs past old's extent) gates every load, the store and the reduction's terms."""
@@ -135,7 +125,7 @@ def _gate(ast: UOp, old: UOp, parts: tuple[UOp, ...], expr: UOp, guard: UOp | No
             ranges: list[UOp] = []
             for s in n.src[1:]:
                 ranges.extend(parts if s is old else (done.get(s, s),))
-            value = src[0] if guard is None else UOp(Ops.WHERE, n.dtype, (guard, src[0], _identity(n)))
+            value = src[0] if guard is None else UOp(Ops.WHERE, n.dtype, (guard, src[0], identity(n)))
             done[n] = n.replace(src=(value, *ranges))
             continue
         if guard is not None and old in deps[n] and n.op in (Ops.LOAD, Ops.STORE):
@@ -251,8 +241,6 @@ def _tile_order(operand: UOp, ranges: list[UOp]) -> list[UOp]:
     """A tile's layout: the parts of each range as scheduled together, outer parts first; the range whose
     elements are contiguous in memory (a vector range's, else one the operand's loads step through by 1)
     goes last, so the tile is filled, and read, four neighbours at a time."""
-    from anneal_schedule.lower import affine
-
     groups: dict[int, list[UOp]] = {}
     for r in ranges:
         groups.setdefault(origin(r), []).append(r)

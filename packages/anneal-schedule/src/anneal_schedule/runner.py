@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from anneal_ir import UOp
 from anneal_ir.sint import UnboundVariableError, upper
+from anneal_schedule.analysis import flops
 from anneal_schedule.backend import Backend, Program
 from anneal_schedule.buffer import Buffer
 from anneal_schedule.schedule import Kernel, Schedule, Scheduler
@@ -38,6 +39,7 @@ class Runner:
     stats: RunStats = field(default_factory=RunStats)
     recording: list[Executed] | None = None  # when a list, each execute() is appended (JIT capture)
     debug: int = 0  # ANNEAL_DEBUG: 2 prints one line per kernel run (device timestamps if any), 4 also its source
+    flops: dict[bytes, int] = field(default_factory=dict)  # per kernel, for ANNEAL_DEBUG=2's TFLOP/s
 
     def __post_init__(self) -> None:
         self.scheduler.max_buffers = self.backend.limits.max_buffers
@@ -116,8 +118,12 @@ class Runner:
 
     def _report(self, kern: Kernel, prog: Program, dt: float, slots: list[Buffer], clock: str) -> None:
         nbytes = sum(slots[s].nbytes for s in kern.slots)
+        if kern.ast.key not in self.flops:
+            self.flops[kern.ast.key] = flops(kern.ast)
+        rate = self.flops[kern.ast.key] / max(dt, 1e-9)
         print(f"*** {self.device} {kern.name:>5} {kern.fused_ops:4d} ops  {dt * 1e6:9.1f} us {clock:<4} "
-              f"{nbytes / max(dt, 1e-9) / 1e9:7.2f} GB/s  args {[slots[s].size for s in kern.slots]}",
+              f"{nbytes / max(dt, 1e-9) / 1e9:7.2f} GB/s {rate / 1e12:9.4g} TFLOP/s  "
+              f"args {[slots[s].size for s in kern.slots]}  opts: {getattr(prog, 'opts', '-')}",
               file=sys.stderr)  # fmt: skip
         if self.debug >= 4:
             print(prog.source, file=sys.stderr)

@@ -21,13 +21,16 @@ from anneal_wgpu.render import Kernel
 
 @functools.cache
 def code_version() -> str:
+    import anneal_schedule.analysis
     import anneal_schedule.decompose
     import anneal_schedule.lower
     import anneal_schedule.opt
     import anneal_wgpu.render
 
     h = hashlib.sha256()
-    for module in (anneal_schedule.opt, anneal_schedule.lower, anneal_schedule.decompose, anneal_wgpu.render):
+    modules = (anneal_schedule.analysis, anneal_schedule.opt, anneal_schedule.lower, anneal_schedule.decompose,
+               anneal_wgpu.render)  # fmt: skip
+    for module in modules:
         h.update(Path(module.__file__ or "").read_bytes())
     return h.hexdigest()[:16]
 

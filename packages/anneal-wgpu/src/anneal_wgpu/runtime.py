@@ -18,6 +18,7 @@ import itertools
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ _buffer_ids = itertools.count()
 _program_ids = itertools.count()
 QUERIES_PER_SET = 4096  # WebGPU's limit on a query set's size: two timestamps per dispatch
 MAX_RENDER_PROCESSES = 8  # lowering a step's kernels in parallel: a first step takes seconds, not tens
+MAX_PIPELINE_THREADS = 8  # pipelines created at once (the driver compiles shaders with the GIL released)
 PARALLEL_WORKGROUPS = 512  # a few per core of a large GPU: reductions with fewer workgroups are split
 SUBMIT_EVERY = 64  # dispatches per submit at most (a long schedule starts running before it is all recorded)
 SUBMIT_SOON_DISPATCHES = 16  # flush_soon submits a schedule of this many dispatches at once
@@ -71,8 +73,12 @@ class WebGPUProgram:
     pipeline: Any
     layout: Any
     ast: UOp
-    tuned: bool = True  # False: ANNEAL_BEAM searches its strategy on the first run
+    tuned: bool = True  # False: ANNEAL_BEAM searches its opts on the first run
     uid: int = field(default_factory=lambda: next(_program_ids))  # per pipeline; bind groups are cached by it
+
+    @property
+    def opts(self) -> str:
+        return self.kernel.strategy
 
 
 def to_storage(data: np.ndarray, dtype: DType, storage: str) -> np.ndarray:
@@ -115,6 +121,7 @@ class WebGPUBackend:
         self.beam_cache = BeamCache(cache_root / "beam.json") if self.beam > 0 else None
         self.kernel_cache = KernelCache(cache_root / "wgsl")
         self.render_pool: RenderPool | None = None  # worker processes, started by the first prepare()
+        self.ready_pipelines: dict[str, Any] = {}  # WGSL source -> pipeline, created ahead by prepare()
         self.wgpu = wgpu
         adapter = select_adapter()
         self.adapter = adapter
@@ -244,24 +251,46 @@ class WebGPUBackend:
 
     # ---- programs ----
     def prepare(self, kernels: list[tuple[str, UOp]]) -> None:
-        """Render the kernels a schedule is about to compile in worker processes (the lowering is pure Python),
-        into the kernel cache that build() reads."""
-        todo = []
+        """Ahead of a schedule's first run: render its new kernels in worker processes (the lowering is pure
+        Python) into the kernel cache that build() reads, then create their pipelines several at once."""
+        chosen = []
         for name, ast in kernels:
             ast = canonical(ast)
             opts = self.beam_cache.get(self._beam_key(ast), ast) if self.beam_cache is not None else None
-            opts = opts or choose_opts(ast, self.limits)
-            if self.kernel_cache.get(ast, opts, self.f16) is None:
-                todo.append((name, ast, opts))
+            chosen.append((name, ast, opts or choose_opts(ast, self.limits)))
+        found = {ast: self.kernel_cache.get(ast, opts, self.f16) for _, ast, opts in chosen}
+        todo = [(name, ast, opts) for name, ast, opts in chosen if found[ast] is None]
         workers = min(len(todo) // 2, os.cpu_count() or 1, MAX_RENDER_PROCESSES)
-        if workers < 2:
+        if workers >= 2:
+            if self.render_pool is None:
+                self.render_pool = RenderPool(workers)
+            rendered = self.render_pool.render([(name, ast, opts, self.f16) for name, ast, opts in todo])
+            for (_, ast, opts), kernel in zip(todo, rendered):
+                if kernel is not None:
+                    self.kernel_cache.put(ast, opts, self.f16, kernel)
+                    found[ast] = kernel
+        self.create_pipelines([k.source for k in found.values() if k is not None])
+
+    def create_pipelines(self, sources: list[str]) -> None:
+        """Pipelines for these kernels, created by a few threads at once: the driver's shader compiler is most
+        of a first step's time, and wgpu-native releases the GIL while it runs. A kernel that fails is left to
+        build(), which creates it again alone and reports the error with its name."""
+        todo = [s for s in dict.fromkeys(sources) if s not in self.ready_pipelines]
+        if len(todo) < 2:
             return
-        if self.render_pool is None:
-            self.render_pool = RenderPool(workers)
-        rendered = self.render_pool.render([(name, ast, opts, self.f16) for name, ast, opts in todo])
-        for (_, ast, opts), kernel in zip(todo, rendered):
-            if kernel is not None:
-                self.kernel_cache.put(ast, opts, self.f16, kernel)
+
+        def create(source: str) -> Any:
+            try:
+                module = self.device.create_shader_module(code=source)
+                return self.device.create_compute_pipeline(layout="auto", compute={"module": module,
+                                                                                   "entry_point": "main"})  # fmt: skip
+            except Exception:
+                return None
+
+        with ThreadPoolExecutor(min(len(todo), MAX_PIPELINE_THREADS)) as pool:
+            for source, pipeline in zip(todo, pool.map(create, todo)):
+                if pipeline is not None:
+                    self.ready_pipelines[source] = pipeline
 
     def compile(self, name: str, ast: UOp) -> WebGPUProgram:
         ast = canonical(ast)  # one contraction where the graph wrote nested or gated sums
@@ -269,7 +298,7 @@ class WebGPUBackend:
         if self.beam_cache is not None:
             opts = self.beam_cache.get(self._beam_key(ast), ast)
         prog = self.build(name, ast, opts or choose_opts(ast, self.limits))
-        # a kernel over Variables is not searched: its best strategy depends on the values
+        # a kernel over Variables is not searched: its best opts depend on the values
         prog.tuned = opts is not None or self.beam_cache is None or reads_own_output(ast) or bool(prog.kernel.variables)
         return prog
 
@@ -280,11 +309,13 @@ class WebGPUBackend:
             self.kernel_cache.put(ast, opts, self.f16, kernel)
         elif kernel.name != name:  # the same kernel under another name: the source names it in a comment only
             kernel = dataclasses.replace(kernel, name=name)
+        pipeline = self.ready_pipelines.pop(kernel.source, None)
         try:
-            module = self.device.create_shader_module(code=kernel.source)
-            pipeline = self.device.create_compute_pipeline(
-                layout="auto", compute={"module": module, "entry_point": "main"}
-            )
+            if pipeline is None:
+                module = self.device.create_shader_module(code=kernel.source)
+                pipeline = self.device.create_compute_pipeline(
+                    layout="auto", compute={"module": module, "entry_point": "main"}
+                )
         except Exception as exc:  # wgpu raises its own validation errors: name the kernel
             raise WebGPUError(f"kernel {name} failed to compile: {type(exc).__name__}: {exc}\n{kernel.source}") from exc
         return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0), ast)

@@ -37,6 +37,7 @@ class KernelRow:
     output: str
     inputs: tuple[str, ...]
     source: str
+    opts: str = "-"  # the kernel's opts as the backend applied them
 
 
 def _short(arg: Any) -> str:
@@ -98,9 +99,9 @@ def kernel_rows(forward: list[Tensor], backward: list[Tensor], device: str) -> l
         computed = [n for n in k.nodes if n.op not in (Ops.CONST, Ops.BUFFER)]
         phases = {"forward" if n in fwd else "backward" for n in computed} or {"forward"}
         phase = "forward+backward" if len(phases) == 2 else phases.pop()
-        source = run.program(k.name, k.ast).source
-        rows.append(KernelRow(k.name, phase, k.fused_ops, describe(k.slots[0]),
-                              tuple(describe(s) for s in k.slots[1:]), source))  # fmt: skip
+        prog = run.program(k.name, k.ast)
+        rows.append(KernelRow(k.name, phase, k.fused_ops, describe(k.slots[0]), tuple(describe(s) for s in k.slots[1:]),
+                              prog.source, str(getattr(prog, "opts", "-"))))  # fmt: skip
     return rows
 
 
