@@ -35,7 +35,8 @@ def anneal_stepper(config: dict, device: str) -> tuple[float, Callable[[int], fl
     trainer.step(0)
     first = time.perf_counter() - t0
     if spent:
-        print(f"first step {first:.2f} s: lowering and rendering {spent['render']:.2f} s ({spent['renders']} kernels), "
+        print(f"first step {first:.2f} s: lowering, rendering and pipelines ahead {spent['render']:.2f} s "
+              f"({spent['renders']} kernels; pipelines {spent['pipelines']:.2f} s for {spent['ahead']}), "
               f"programs built {spent['build']:.2f} s ({spent['builds']})")  # fmt: skip
     trainer.step(1)  # the jit's capture
     return first, trainer.step, trainer
@@ -70,7 +71,7 @@ def _time_compiles(device: str) -> dict[str, float]:
         return {}
     import anneal_wgpu.runtime as rt
 
-    spent = {"render": 0.0, "renders": 0, "build": 0.0, "builds": 0}
+    spent = {"render": 0.0, "renders": 0, "build": 0.0, "builds": 0, "pipelines": 0.0, "ahead": 0}
 
     def timed(fn: Callable, time_key: str, count_key: str) -> Callable:
         def run(*a: object, **k: object) -> object:
@@ -79,11 +80,13 @@ def _time_compiles(device: str) -> dict[str, float]:
                 return fn(*a, **k)
             finally:
                 spent[time_key] += time.perf_counter() - t0
-                spent[count_key] += len(a[1]) if fn is prepare else 1  # type: ignore[arg-type]
+                spent[count_key] += len(a[1]) if fn in (prepare, ahead) else 1  # type: ignore[arg-type]
 
         return run
 
     render, prepare, build = rt.render_wgsl, rt.WebGPUBackend.prepare, rt.WebGPUBackend.build
+    ahead = rt.WebGPUBackend.create_pipelines
+    rt.WebGPUBackend.create_pipelines = timed(ahead, "pipelines", "ahead")  # type: ignore[method-assign]
     rt.render_wgsl = timed(render, "render", "renders")  # type: ignore[assignment]
     rt.WebGPUBackend.prepare = timed(prepare, "render", "renders")  # type: ignore[method-assign]
     rt.WebGPUBackend.build = timed(build, "build", "builds")  # type: ignore[method-assign]

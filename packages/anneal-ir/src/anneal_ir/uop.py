@@ -135,9 +135,19 @@ class UOp(metaclass=UOpMeta):
         """Fill a cached property for every source first, without recursion: graphs can be deep."""
         if all(attr in s.__dict__ for s in self.src):
             return
-        for n in self.toposort()[:-1]:
-            if attr not in n.__dict__:
-                n.__dict__[attr] = compute(n)
+        # sources before users, walking only the nodes that lack it (a full toposort per new node is quadratic)
+        seen: set[UOp] = set()
+        stack: list[tuple[UOp, bool]] = [(s, False) for s in self.src if attr not in s.__dict__]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                node.__dict__[attr] = compute(node)
+                continue
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((s, False) for s in node.src if attr not in s.__dict__ and s not in seen)
 
     @cached_property
     def key(self) -> bytes:

@@ -206,7 +206,7 @@ def contraction_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...] | None:
 
 def _applies(ast: UOp, opts: tuple[Opt, ...]) -> bool:
     try:
-        apply_opts(ast, opts)
+        apply_opts(ast, opts, simplify=False)  # whether each opt applies, not the simplified kernel
     except OptError:
         return False
     return True

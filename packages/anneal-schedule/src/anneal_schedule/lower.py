@@ -375,33 +375,37 @@ class Lowerer:
         if not prefetch:
             self.emit(b, Instr("barrier"))
         nexts: list[tuple[str, UOp, UOp | None]] = []
+        elements = []
         for t in tiles:
             self.filled.add((t, id(b)))
-            fill = self.fills[t]
-            for value, index, valid in self.fill_elements(fill):
-                store_srcs: tuple[Operand, ...]
-                if prefetch and step is not None and step in self.deps[value]:
-                    assert b.parent is not None
-                    first = simplify_kernel(substitute(value, {step: UOp.const(dtypes.int64, 0)}))
-                    self.note(first)
-                    reg = self.fresh("pf")
-                    w = self.width(value)
-                    self.emit(b.parent, Instr("reg", reg, value.dtype, w, (self.ref(first, b.parent),)))
-                    self.names_of_regs[reg] = (value.dtype, w)
-                    last = simplify_kernel(step.src[0] - 1)
-                    clamped = UOp(Ops.WHERE, dtypes.int64, (step < last, step + 1, last))  # the last step loads itself
-                    following = simplify_kernel(substitute(value, {step: clamped}))
-                    self.note(following)
-                    nexts.append((reg, following, None))
-                    stored: Operand = reg
-                    vw = w
-                else:
-                    stored, vw = self.ref(value, b), self.width(value)
-                if fill.decl.vec and vw == 1:
-                    stored = self.let(b, value, "splat", (stored,), width=4)
-                store_srcs = (self.ref(index, b), stored) + ((self.ref(valid, b),) if valid is not None else ())
-                self.emit(b, Instr("store", "", value.dtype, 4 if fill.decl.vec else 1, store_srcs,
-                                   ("local", fill.decl.name, "quad" if fill.decl.vec else "elem")))  # fmt: skip
+            elements += [(self.fills[t], *e) for e in self.fill_elements(self.fills[t])]
+        stepped = [value for _, value, _, _ in elements if prefetch and step is not None and step in self.deps[value]]
+        registers: dict[UOp, tuple[UOp, UOp]] = {}  # a stepped value -> (its first step's, the next step's)
+        if stepped and step is not None:
+            last = simplify_kernel(step.src[0] - 1)
+            clamped = UOp(Ops.WHERE, dtypes.int64, (step < last, step + 1, last))  # the last step loads itself
+            pairs = self.simplified([[substitute(v, {step: UOp.const(dtypes.int64, 0)}), substitute(v, {step: clamped})]
+                                     for v in stepped])  # fmt: skip
+            registers = {v: (p[0], p[1]) for v, p in zip(stepped, pairs)}
+        for fill, value, index, valid in elements:
+            store_srcs: tuple[Operand, ...]
+            if value in registers:
+                assert b.parent is not None
+                first, following = registers[value]
+                reg = self.fresh("pf")
+                w = self.width(value)
+                self.emit(b.parent, Instr("reg", reg, value.dtype, w, (self.ref(first, b.parent),)))
+                self.names_of_regs[reg] = (value.dtype, w)
+                nexts.append((reg, following, None))
+                stored: Operand = reg
+                vw = w
+            else:
+                stored, vw = self.ref(value, b), self.width(value)
+            if fill.decl.vec and vw == 1:
+                stored = self.let(b, value, "splat", (stored,), width=4)
+            store_srcs = (self.ref(index, b), stored) + ((self.ref(valid, b),) if valid is not None else ())
+            self.emit(b, Instr("store", "", value.dtype, 4 if fill.decl.vec else 1, store_srcs,
+                               ("local", fill.decl.name, "quad" if fill.decl.vec else "elem")))  # fmt: skip
         self.emit(b, Instr("barrier"))
         for reg, following, _ in nexts:
             self.emit(b, Instr("set", reg, following.dtype, self.names_of_regs[reg][1], (self.ref(following, b),)))
@@ -468,24 +472,37 @@ class Lowerer:
         """(value, tile index, valid) of each element this invocation fills: e = lid + j * workgroup."""
         ends = [int(r.src[0].arg) for r in fill.ranges]
         count = math.prod(ends)
-        out = []
+        raw: list[tuple[UOp, UOp, UOp | None]] = []
         lid = self.lid
         layout = list(fill.ranges)
         for j in range(-(-count // self.workgroup)):
             e = lid + j * self.workgroup if j else lid
-            digits = split_index(e, list(fill.order))
-            value = simplify_kernel(_substitute_outside_tiles(fill.operand, digits))
-            if list(fill.order) == layout:
-                index = simplify_kernel(e)
-            else:  # the element's place in the tile's layout
-                flat: UOp = UOp.const(dtypes.int64, 0)
+            digits = split_index(e, list(fill.order), simplify=False)
+            value = _substitute_outside_tiles(fill.operand, digits)
+            index = e
+            if list(fill.order) != layout:  # the element's place in the tile's layout
+                index = UOp.const(dtypes.int64, 0)
                 for r in layout:
-                    flat = flat * int(r.src[0].arg) + digits[r]
-                index = simplify_kernel(flat)
-            valid = None if (j + 1) * self.workgroup <= count else simplify_kernel(e < count)
-            for n in (value, index, *([valid] if valid is not None else [])):
-                self.note(n)
-            out.append((value, index, valid))
+                    index = index * int(r.src[0].arg) + digits[r]
+            raw.append((value, index, None if (j + 1) * self.workgroup <= count else e < count))
+        out = []
+        for (_, _, valid), simple in zip(raw, self.simplified([[v, i, g] for v, i, g in raw])):
+            out.append((simple[0], simple[1], simple[2] if valid is not None else None))
+        return out
+
+    def simplified(self, groups: list[list[UOp | None]]) -> list[list[UOp]]:
+        """Every node of every group simplified in one pass (one walk of the shared graph, not one per node),
+        noted for the lowering; a None stays in place as a placeholder constant."""
+        filler = UOp.const(dtypes.bool, True)
+        flat = [n if n is not None else filler for g in groups for n in g]
+        done = list(simplify_kernel(UOp(Ops.SINK, dtypes.void, tuple(flat))).src) if flat else []
+        assert len(done) == len(flat)
+        for n in done:
+            self.note(n)
+        out, i = [], 0
+        for g in groups:
+            out.append(done[i : i + len(g)])
+            i += len(g)
         return out
 
     # ---- reductions ----
@@ -760,14 +777,15 @@ class Lowerer:
         return bool(steps) and all(a is not None and abs(a[0].get(r, 0)) == 1 for a in steps)
 
 
-def split_index(flat: UOp, ranges: list[UOp]) -> dict[UOp, UOp]:
+def split_index(flat: UOp, ranges: list[UOp], simplify: bool = True) -> dict[UOp, UOp]:
     """Each range as a digit of a flat index (the last fastest; the first without a modulo)."""
     out: dict[UOp, UOp] = {}
     step: UOp | int = 1
     for i in range(len(ranges) - 1, -1, -1):
         r = ranges[i]
         q = flat if isinstance(step, int) and step == 1 else flat // step
-        out[r] = simplify_kernel(q if i == 0 else q % r.src[0])
+        digit = q if i == 0 else q % r.src[0]
+        out[r] = simplify_kernel(digit) if simplify else digit
         step = r.src[0] if isinstance(step, int) and step == 1 else step * r.src[0]
     return out
 

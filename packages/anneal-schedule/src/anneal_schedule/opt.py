@@ -283,11 +283,11 @@ def apply_opt(ast: UOp, opt: Opt, simplify: bool = True) -> UOp:
     return simplify_kernel(out) if simplify else out
 
 
-def apply_opts(ast: UOp, opts: tuple[Opt, ...] | list[Opt]) -> UOp:
-    """ast under every opt, in order, simplified once at the end."""
+def apply_opts(ast: UOp, opts: tuple[Opt, ...] | list[Opt], simplify: bool = True) -> UOp:
+    """ast under every opt, in order, simplified once at the end (raises OptError where one does not apply)."""
     for opt in opts:
         ast = apply_opt(ast, opt, simplify=False)
-    return simplify_kernel(ast) if opts else ast
+    return simplify_kernel(ast) if opts and simplify else ast
 
 
 def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:

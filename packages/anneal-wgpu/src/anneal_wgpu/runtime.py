@@ -48,8 +48,8 @@ class WebGPUError(RuntimeError):
 _buffer_ids = itertools.count()
 _program_ids = itertools.count()
 QUERIES_PER_SET = 4096  # WebGPU's limit on a query set's size: two timestamps per dispatch
-MAX_RENDER_PROCESSES = 8  # lowering a step's kernels in parallel: a first step takes seconds, not tens
-MAX_PIPELINE_THREADS = 8  # pipelines created at once (the driver compiles shaders with the GIL released)
+MAX_RENDER_PROCESSES = 16  # lowering a step's kernels in parallel: a first step takes seconds, not tens
+MAX_PIPELINE_THREADS = 16  # pipelines created at once (the driver compiles shaders with the GIL released)
 PARALLEL_WORKGROUPS = 512  # a few per core of a large GPU: reductions with fewer workgroups are split
 SUBMIT_EVERY = 64  # dispatches per submit at most (a long schedule starts running before it is all recorded)
 SUBMIT_SOON_DISPATCHES = 16  # flush_soon submits a schedule of this many dispatches at once
