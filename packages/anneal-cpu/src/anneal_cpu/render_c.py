@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from anneal_cpu.render import affine, by_blas, prepare, size_expr, tuple_expr
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sadd, sint, sprod, variables
-from anneal_schedule.analysis import nodes_below
+from anneal_schedule.analysis import nodes_below, ranges_of
 from anneal_schedule.lower import Instr, Operand, Program, lower
 from anneal_schedule.opt import substitute
 from anneal_schedule.simplify import simplify_kernel
@@ -132,13 +132,8 @@ class CRenderer:
             self.axis_of[r] = i
             end = r.src[0]
             self.ends[r] = int(end.arg) if end.op is Ops.CONST else end
+        self.ranges_of = ranges_of(self.ast)
         for n in nodes:
-            if n.op is Ops.RANGE:
-                self.ranges_of[n] = frozenset({n})
-            elif n.op is Ops.REDUCE:
-                self.ranges_of[n] = self.ranges_of[n.src[0]] - frozenset(n.src[1:])
-            else:
-                self.ranges_of[n] = frozenset().union(*(self.ranges_of[s] for s in n.src))
             if n.dtype != dtypes.void and n.op not in (Ops.DEFINE_GLOBAL, Ops.SINK):
                 ctype(n.dtype)  # raises Unsupported for 16-bit floats
         self.n_args = len({n.arg for n in nodes if n.op is Ops.DEFINE_GLOBAL})
@@ -306,7 +301,7 @@ class CRenderer:
         return substitute(sink, renamed)
 
     def render_stage(self, stage: Stage) -> None:
-        columns = frozenset({len(stage.axes) - 1}) if self.column_sum(stage) is not None else frozenset()
+        columns = frozenset({len(stage.axes) - 1}) if self.sums_down_columns(stage) else frozenset()
         prog = lower(stage.name, self.stage_kernel(stage), lanes=False, wide_float_sums=True, columns=columns)
         stage.lines = CPrinter(prog, self.var_names).print()
 
@@ -319,30 +314,30 @@ class CRenderer:
         return simplify_kernel(index)
 
     # ---- sums down columns ----
-    def column_sum(self, stage: Stage) -> UOp | None:
-        """The stage's one float sum, when it is better run as columns: its reads are contiguous along
+    def sums_down_columns(self, stage: Stage) -> bool:
+        """Is the stage's one float sum better run as columns? Yes when its reads are contiguous along
         the stage's innermost axis and strided along the sum's (a layer norm's weight gradient: a sum
         over rows for each of 128 columns). Then the sum's loops go outside that axis, with one
         accumulator per column, so what depends on the row alone is computed once per row."""
         reduces = [n for n in self.walk(stage.value) if n.op is Ops.REDUCE and n not in self.temps]
         if not stage.axes or len(reduces) != 1:
-            return None
+            return False
         red, column = reduces[0], stage.axes[-1]
         end = self.ends[column]
         if red.arg is not Ops.ADD or not red.dtype.is_float or self.ranges_of[red] != frozenset(stage.axes):
-            return None
+            return False
         if not isinstance(end, int) or end > COLUMN_SUM_MAX:
-            return None
+            return False
         along_column, along_sum = set(), set()  # strides of the reads that vary with the column
         for n in self.walk(red.src[0]):
             if n.op is Ops.LOAD:
                 aff = affine(n.src[1], self.axis_of)
                 if aff is None:
-                    return None
+                    return False
                 if aff[0].get(self.axis_of[column], 0) != 0:
                     along_column.add(abs(aff[0][self.axis_of[column]]))
                     along_sum.add(abs(aff[0].get(self.axis_of[red.src[-1]], 0)))
-        return red if along_column == {1} and 1 not in along_sum else None
+        return along_column == {1} and 1 not in along_sum
 
 
 # ---- printing a program as C ----

@@ -374,7 +374,7 @@ class Lowerer:
         prefetch = step is not None and b.parent is not None
         if not prefetch:
             self.emit(b, Instr("barrier"))
-        nexts: list[tuple[str, UOp, UOp | None]] = []
+        nexts: list[tuple[str, UOp]] = []
         elements = []
         for t in tiles:
             self.filled.add((t, id(b)))
@@ -396,7 +396,7 @@ class Lowerer:
                 w = self.width(value)
                 self.emit(b.parent, Instr("reg", reg, value.dtype, w, (self.ref(first, b.parent),)))
                 self.names_of_regs[reg] = (value.dtype, w)
-                nexts.append((reg, following, None))
+                nexts.append((reg, following))
                 stored: Operand = reg
                 vw = w
             else:
@@ -407,7 +407,7 @@ class Lowerer:
             self.emit(b, Instr("store", "", value.dtype, 4 if fill.decl.vec else 1, store_srcs,
                                ("local", fill.decl.name, "quad" if fill.decl.vec else "elem")))  # fmt: skip
         self.emit(b, Instr("barrier"))
-        for reg, following, _ in nexts:
+        for reg, following in nexts:
             self.emit(b, Instr("set", reg, following.dtype, self.names_of_regs[reg][1], (self.ref(following, b),)))
         if prefetch:
             self.block_ends.setdefault(id(b), []).append(Instr("barrier"))
@@ -446,12 +446,8 @@ class Lowerer:
         inner = outside
         opened = []
         for r in [*(r for r in u.src[1:] if kind(r) in ("reduce", "inner")), column]:
-            inner = Block(inner.scope | {r}, inner)
-            name = self.fresh("r" if r is not column else "c")
-            self.names[r] = (name, inner)
-            bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, outside), UOp.const(dtypes.int32, 1))
-            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds, ("column" if r is column else "reduce",
-                                                                           r.arg[0])))  # fmt: skip
+            is_column = r is column
+            inner = self.open_loop(inner, r, "column" if is_column else "reduce", "c" if is_column else "r", outside)
             opened.append(inner)
         for s, arr in zip(siblings, arrays):
             srcs = (arr, self.names[column][0], self.ref(s.src[0], inner))
@@ -485,24 +481,20 @@ class Lowerer:
                 for r in layout:
                     index = index * int(r.src[0].arg) + digits[r]
             raw.append((value, index, None if (j + 1) * self.workgroup <= count else e < count))
-        out = []
-        for (_, _, valid), simple in zip(raw, self.simplified([[v, i, g] for v, i, g in raw])):
-            out.append((simple[0], simple[1], simple[2] if valid is not None else None))
-        return out
+        return [(v, i, g) for v, i, g in self.simplified([list(e) for e in raw])]
 
-    def simplified(self, groups: list[list[UOp | None]]) -> list[list[UOp]]:
-        """Every node of every group simplified in one pass (one walk of the shared graph, not one per node),
-        noted for the lowering; a None stays in place as a placeholder constant."""
-        filler = UOp.const(dtypes.bool, True)
-        flat = [n if n is not None else filler for g in groups for n in g]
-        done = list(simplify_kernel(UOp(Ops.SINK, dtypes.void, tuple(flat))).src) if flat else []
-        assert len(done) == len(flat)
-        for n in done:
-            self.note(n)
-        out, i = [], 0
-        for g in groups:
-            out.append(done[i : i + len(g)])
-            i += len(g)
+    def simplified(self, groups: list[list[UOp | None]] | list[list[UOp]]) -> list[list[Any]]:
+        """Every node of every group simplified in one pass over their shared graph, and noted for the
+        lowering; a None stays None."""
+        present = [n for g in groups for n in g if n is not None]
+        simple = list(simplify_kernel(UOp(Ops.SINK, dtypes.void, tuple(present))).src) if present else []
+        assert len(simple) == len(present)
+        done = iter(simple)
+        out = [[None if n is None else next(done) for n in g] for g in groups]
+        for g in out:
+            for n in g:
+                if n is not None:
+                    self.note(n)
         return out
 
     # ---- reductions ----
@@ -534,11 +526,7 @@ class Lowerer:
         inner = b
         opened = []
         for r in loops:
-            inner = Block(inner.scope | {r}, inner)
-            name = self.fresh("r")
-            self.names[r] = (name, inner)
-            bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, b), UOp.const(dtypes.int32, 1))
-            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds, ("reduce", r.arg[0])))
+            inner = self.open_loop(inner, r, "reduce", "r", b)
             opened.append(inner)
         if unrolls:
             combos = list(itertools.product(*(range(int(r.src[0].arg)) for r in unrolls)))
@@ -549,9 +537,7 @@ class Lowerer:
                 ]  # fmt: skip
                 for c in combos
             ]
-            flat = simplify_kernel(UOp(Ops.SINK, dtypes.void, tuple(x for row in copies for x in row)))
-            self.note(flat)
-            values = [list(flat.src[i * len(siblings) : (i + 1) * len(siblings)]) for i in range(len(combos))]
+            values = self.simplified(copies)
         else:
             values = [[s.src[0] for s in siblings]]
         for row in values:
@@ -596,6 +582,15 @@ class Lowerer:
         return UOp.const(dtypes.int32, int(end.arg)) if end.op is Ops.CONST else self.ref(end, b)
 
     # ---- blocks ----
+    def open_loop(self, parent: Block, r: UOp, loop_kind: str, prefix: str, sizes: Block) -> Block:
+        """The block of a loop over r inside parent (r's size read in block sizes); r is named there."""
+        inner = Block(parent.scope | {r}, parent)
+        name = self.fresh(prefix)
+        self.names[r] = (name, inner)
+        bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, sizes), UOp.const(dtypes.int32, 1))
+        self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds, (loop_kind, r.arg[0])))
+        return inner
+
     def close(self, blk: Block) -> None:
         """Append blk's instructions to its parent as a loop body (its first instruction opens the loop)."""
         assert blk.parent is not None
@@ -606,7 +601,6 @@ class Lowerer:
     def lower(self, opts: tuple[Opt, ...]) -> Program:
         self.analyse()
         nodes = self.ast.toposort()
-        stores = [s for s in self.ast.src if s.op is Ops.STORE]
         ranges = sorted((n for n in nodes if n.op is Ops.RANGE), key=lambda r: r.arg[0])
         globals_ = [r for r in ranges if kind(r) == "global"]
         # the invocation index counts the innermost output dimension fastest (neighbouring invocations read
@@ -657,11 +651,7 @@ class Lowerer:
         inner = root
         opened = []
         for r in loops:
-            inner = Block(inner.scope | {r}, inner)
-            name = self.fresh("l")
-            self.names[r] = (name, inner)
-            bounds = (UOp.const(dtypes.int32, 0), self.size_operand(r, root), UOp.const(dtypes.int32, 1))
-            self.emit(inner, Instr("loop", name, dtypes.int32, 1, bounds, ("loop", r.arg[0])))
+            inner = self.open_loop(inner, r, "loop", "l", root)
             opened.append(inner)
         for st in stores:
             self.store(st, inner)

@@ -154,15 +154,8 @@ class WGSLPrinter:
             self.types[name] = (ins.dtype, w)
         if op == "exit":
             return [f"if (w >= {self.size(ins.arg)}) {{ return; }}  // uniform: the whole workgroup leaves"]
-        if op == "index":
-            (flat,) = ins.srcs
-            step, end = ins.arg
-            q = self.operand(flat) if step == 1 else f"({self.operand(flat)} / {self.size(step)})"
-            return [f"let {name}: i32 = {q if end is None else f'{q} % {self.size(end)}'};"]
         if op == "lanes":
             return [f"let {name}: vec4<i32> = {LANES};"]
-        if op == "quad_lanes":
-            return [f"let {name}: vec4<i32> = vec4<i32>({self.operand(ins.srcs[0])} * 4) + {LANES};"]
         if op == "var":
             return [f"let {name}: i32 = v_{ins.arg};"]
         if op == "splat":

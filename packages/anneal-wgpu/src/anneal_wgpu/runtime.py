@@ -122,6 +122,7 @@ class WebGPUBackend:
         self.kernel_cache = KernelCache(cache_root / "wgsl")
         self.render_pool: RenderPool | None = None  # worker processes, started by the first prepare()
         self.ready_pipelines: dict[str, Any] = {}  # WGSL source -> pipeline, created ahead by prepare()
+        self.planned: dict[bytes, tuple[UOp, tuple[Opt, ...]]] = {}  # kernel key -> contraction form, heuristic opts
         self.wgpu = wgpu
         adapter = select_adapter()
         self.adapter = adapter
@@ -253,11 +254,7 @@ class WebGPUBackend:
     def prepare(self, kernels: list[tuple[str, UOp]]) -> None:
         """Ahead of a schedule's first run: render its new kernels in worker processes (the lowering is pure
         Python) into the kernel cache that build() reads, then create their pipelines several at once."""
-        chosen = []
-        for name, ast in kernels:
-            ast = canonical(ast)
-            opts = self.beam_cache.get(self._beam_key(ast), ast) if self.beam_cache is not None else None
-            chosen.append((name, ast, opts or choose_opts(ast, self.limits)))
+        chosen = [(name, *self.plan(ast)[:2]) for name, ast in kernels]
         found = {ast: self.kernel_cache.get(ast, opts, self.f16) for _, ast, opts in chosen}
         todo = [(name, ast, opts) for name, ast, opts in chosen if found[ast] is None]
         workers = min(len(todo) // 2, os.cpu_count() or 1, MAX_RENDER_PROCESSES)
@@ -292,14 +289,23 @@ class WebGPUBackend:
                 if pipeline is not None:
                     self.ready_pipelines[source] = pipeline
 
+    def plan(self, ast: UOp) -> tuple[UOp, tuple[Opt, ...], bool]:
+        """The kernel in contraction form (one contraction where the graph wrote nested or gated sums), its
+        opts (BEAM's cached winner, else the heuristic's) and whether BEAM chose them. prepare() and compile()
+        both ask: the rewrite and the heuristic run once per kernel."""
+        planned = self.planned.get(ast.key)
+        if planned is None:
+            form = canonical(ast)
+            planned = self.planned[ast.key] = (form, choose_opts(form, self.limits))
+        form, heuristic = planned
+        searched = self.beam_cache.get(self._beam_key(form), form) if self.beam_cache is not None else None
+        return form, searched or heuristic, searched is not None
+
     def compile(self, name: str, ast: UOp) -> WebGPUProgram:
-        ast = canonical(ast)  # one contraction where the graph wrote nested or gated sums
-        opts = None
-        if self.beam_cache is not None:
-            opts = self.beam_cache.get(self._beam_key(ast), ast)
-        prog = self.build(name, ast, opts or choose_opts(ast, self.limits))
+        ast, opts, searched = self.plan(ast)
+        prog = self.build(name, ast, opts)
         # a kernel over Variables is not searched: its best opts depend on the values
-        prog.tuned = opts is not None or self.beam_cache is None or reads_own_output(ast) or bool(prog.kernel.variables)
+        prog.tuned = searched or self.beam_cache is None or reads_own_output(ast) or bool(prog.kernel.variables)
         return prog
 
     def build(self, name: str, ast: UOp, opts: tuple[Opt, ...]) -> WebGPUProgram:
