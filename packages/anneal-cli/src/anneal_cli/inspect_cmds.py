@@ -51,7 +51,9 @@ def graph(model: str, backward: bool, as_json: bool, preset: str | None, device:
 @click.command()
 @click.argument("model")
 @click.option("--backward", is_flag=True, help="Include the gradients; kernels fused across the seam are marked.")
-@click.option("--device", default=AUTO, show_default=True, help="The backend whose source is shown (cpu: numpy).")
+@click.option(
+    "--device", default=AUTO, show_default=True, help="The backend whose source is shown (cpu: C stages or numpy)."
+)
 @click.option("--preset", type=click.Choice(PRESETS), help="Model size [default: the model's default].")
 @click.option("--no-source", is_flag=True, help="Only the one-line summaries.")
 def kernels(model: str, backward: bool, device: str, preset: str | None, no_source: bool) -> None:
