@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from anneal_models import conv, dynmlp, mlp
+from anneal.data.testing import shared_data_dir
+from anneal_models import conv, dynmlp, images, mlp, resnet9, vit
 from anneal_wgpu.testing import require_adapter
 
 
@@ -20,3 +24,28 @@ def test_training_matches_across_backends(module: Any, steps: int) -> None:
     losses_gpu = [on_gpu.step(i) for i in range(steps)]
     np.testing.assert_allclose(losses_gpu, losses_cpu, rtol=2e-3, atol=1e-5)
     assert on_gpu.jit.replays == steps - 2
+
+
+@pytest.fixture
+def offline_digits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    (tmp_path / "data" / "digits").mkdir(parents=True)
+    shutil.copy(shared_data_dir(__file__) / "digits" / "digits.csv.gz", tmp_path / "data" / "digits")
+    monkeypatch.setenv("ANNEAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ANNEAL_OFFLINE", "1")
+    images.load.cache_clear()
+    yield
+    images.load.cache_clear()
+
+
+@pytest.mark.parametrize("module,steps", [(resnet9, 4), (vit, 4)], ids=["resnet9", "vit"])
+def test_classifiers_train_alike_on_both_backends(module: Any, steps: int, offline_digits: None) -> None:
+    """BatchNorm's batch statistics and running statistics, attention, SGD/AdamW: the same losses and the same
+    test logits (eval mode, running statistics) after a few steps on real digits."""
+    require_adapter(pytest.fail, pytest.skip)
+    config = {**module.DEFAULTS, **module.PRESETS["tiny"]}
+    on_cpu, on_gpu = module.build(config, "cpu"), module.build(config, "webgpu")
+    losses_cpu = [on_cpu.step(i) for i in range(steps)]
+    losses_gpu = [on_gpu.step(i) for i in range(steps)]
+    np.testing.assert_allclose(losses_gpu, losses_cpu, rtol=2e-3, atol=1e-5)
+    x = on_cpu.data.x_test[:64]
+    np.testing.assert_allclose(on_gpu.predict(x), on_cpu.predict(x), rtol=2e-3, atol=2e-4)

@@ -88,9 +88,10 @@ def adapter() -> object:
 
 @pytest.fixture()
 def offline_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pinned tinyshakespeare in a private cache, used offline (the real fetch verifies it)."""
+    """The pinned tinyshakespeare and digits in a private cache, used offline (the real fetch verifies them)."""
     cache = tmp_path / "cache"
-    (cache / "data" / "tinyshakespeare").mkdir(parents=True)
-    shutil.copy(shared_data_dir(__file__) / "tinyshakespeare" / "input.txt", cache / "data" / "tinyshakespeare")
+    for name, file in (("tinyshakespeare", "input.txt"), ("digits", "digits.csv.gz")):
+        (cache / "data" / name).mkdir(parents=True)
+        shutil.copy(shared_data_dir(__file__) / name / file, cache / "data" / name)
     monkeypatch.setenv("ANNEAL_CACHE_DIR", str(cache))
     monkeypatch.setenv("ANNEAL_OFFLINE", "1")

@@ -1,8 +1,13 @@
-"""nanoGPT in PyTorch: the oracle of the language-model tests and the peer of benchmarks/bench_nanogpt.py."""
+"""The tests' PyTorch oracles: nanoGPT (also the peer of benchmarks/bench_nanogpt.py) and Page's ResNet-9
+(also the peer of benchmarks/bench_resnet9.py), with the names of the zoo's modules."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812 - torch's own name
 
 
 def torch_nanogpt(cfg: dict[str, Any], vocab: int) -> Any:
@@ -60,3 +65,40 @@ def torch_nanogpt(cfg: dict[str, Any], vocab: int) -> Any:
             return self.lm_head(tr.ln_f(x))
 
     return GPT()
+
+
+class TorchConvBN(nn.Module):
+    def __init__(self, c_in: int, c_out: int) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.bn(self.conv(x)))
+
+
+class TorchResidual(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.res1, self.res2 = TorchConvBN(c, c), TorchConvBN(c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.res2(self.res1(x))
+
+
+class TorchResNet9(nn.Module):
+    """Page's ResNet-9, written in torch with the names of anneal_models.resnet9."""
+
+    def __init__(self, channels: int, classes: int, w: int) -> None:
+        super().__init__()
+        self.prep = TorchConvBN(channels, w)
+        self.layer1, self.res1 = TorchConvBN(w, 2 * w), TorchResidual(2 * w)
+        self.layer2 = TorchConvBN(2 * w, 4 * w)
+        self.layer3, self.res3 = TorchConvBN(4 * w, 8 * w), TorchResidual(8 * w)
+        self.head = nn.Linear(8 * w, classes, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.prep(x)
+        x = self.res1(F.max_pool2d(self.layer1(x), 2))
+        x = F.max_pool2d(self.layer2(x), 2)
+        x = self.res3(F.max_pool2d(self.layer3(x), 2))
+        return self.head(torch.amax(x, dim=(2, 3))) * 0.125

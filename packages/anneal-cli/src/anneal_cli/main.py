@@ -77,6 +77,7 @@ def build_cli() -> AnnealGroup:
     """A fresh group with the built-in commands (tests build one per test)."""
     from anneal_cli.data_cmds import cache, download
     from anneal_cli.doctor import doctor
+    from anneal_cli.eval_cmd import evaluate
     from anneal_cli.info import devices, plugins
     from anneal_cli.inspect_cmds import explain, graph, kernels
     from anneal_cli.sample_cmd import sample
@@ -99,6 +100,7 @@ def build_cli() -> AnnealGroup:
     cli.add_command(download)
     cli.add_command(cache)
     cli.add_command(sample)
+    cli.add_command(evaluate)
     assert isinstance(cli, AnnealGroup)
     return cli
 

@@ -4,6 +4,7 @@
     DIR/loss.csv                 step,loss[,val] — every step's training loss, val where evaluated
     DIR/checkpoint.safetensors   the trainer's state_dict(); metadata: model, step, sha256 of the tensors
     DIR/summary.txt              what the trainer's finish() printed (the final report, a text sample)
+    DIR/summary.json             a classifier's report(): test accuracy, per class, by epoch
     DIR/...                      whatever the model writes (samples: the CLI sets trainer.out_dir = DIR)
 
 Every file is written to a temporary name in DIR and renamed over the old one, so a crash
@@ -33,6 +34,7 @@ import numpy as np
 from anneal_cli.errors import CommandError, one_line
 
 CONFIG, LOSSES, CHECKPOINT, SUMMARY = "config.json", "loss.csv", "checkpoint.safetensors", "summary.txt"
+SUMMARY_JSON = "summary.json"
 FORMAT = 1
 
 

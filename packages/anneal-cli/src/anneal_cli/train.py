@@ -7,6 +7,7 @@ when stdout is not a terminal or with --plain; one JSON object per logged step w
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from anneal.registry import AUTO, backend_names, get_backend, resolve_device
 from anneal.registry import plugins as loaded_plugins
 from anneal_cli import loop
 from anneal_cli.errors import CommandError, one_line
-from anneal_cli.runs import SUMMARY, RunFolder, SavedRun, atomic_write, read_run, setting_up
+from anneal_cli.runs import SUMMARY, SUMMARY_JSON, RunFolder, SavedRun, atomic_write, read_run, setting_up
 from anneal_ir.plugins import ModelEntry
 
 PRESETS = ("tiny", "small", "full")
@@ -59,6 +60,23 @@ def resumed_config(saved: SavedRun, preset: str | None, flags: dict[str, Any]) -
     config = dict(saved.config)
     config.update({k: v for k, v in flags.items() if v is not None})
     return config
+
+
+def check_dataset(entry: ModelEntry, dataset: str | None) -> None:
+    """--dataset names one of the model's datasets (a usage error otherwise, naming what it takes)."""
+    if dataset is None:
+        return
+    if not entry.datasets:
+        raise click.BadParameter(
+            f"model {entry.name!r} takes no --dataset (it has its own data)", param_hint="--dataset"
+        )
+    if dataset not in entry.datasets:
+        from anneal.registry import plugins as found
+
+        known = found().datasets
+        what = f"{dataset!r} is not one of them" if dataset not in known else f"{dataset!r} is not an image set for it"
+        raise click.BadParameter(f"model {entry.name!r} trains on {', '.join(entry.datasets)}; {what}",
+                                 param_hint="--dataset")  # fmt: skip
 
 
 def check_device(name: str) -> None:
@@ -117,6 +135,7 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Continue the run in this folder from its checkpoint (up to --steps).",
 )
+@click.option("--dataset", help="The dataset, for models that take several (vit, resnet9: digits, cifar10, ...).")
 def train(
     model: str,
     device: str,
@@ -131,11 +150,13 @@ def train(
     as_json: bool,
     out: Path | None,
     resume: Path | None,
+    dataset: str | None,
 ) -> None:
     """Train MODEL; hyperparameters default per model, a flag overrides only what it names."""
     entry = find_model(model)
     check_device(device)
-    flags = {"steps": steps, "lr": lr, "batch": batch, "seed": seed, "eval_every": eval_every}
+    check_dataset(entry, dataset)
+    flags = {"steps": steps, "lr": lr, "batch": batch, "seed": seed, "eval_every": eval_every, "dataset": dataset}
     saved = read_run(resume, entry.name) if resume is not None else None
     config = resumed_config(saved, preset, flags) if saved else make_config(entry, preset, flags)
     resolved, note = resolve_device(device)
@@ -143,9 +164,7 @@ def train(
 
     dashboard = wants_dashboard(plain, as_json)
     info: Callable[[str], None] = lambda text: click.echo(text, err=as_json)  # noqa: E731 - JSON keeps stdout
-    total = int(config["steps"])
     start = saved.step if saved else 0
-    settings = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
 
     # ---- setup: a run folder made here is removed again if any of this fails ----
     folder: RunFolder | None = None
@@ -159,6 +178,9 @@ def train(
         trainer = entry.build(dict(config), resolved)
         if saved is not None:
             load_checkpoint(trainer, saved)
+        config = completed_config(config, trainer)
+        total = int(config["steps"])
+        settings = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
         parameters = count_parameters(trainer)
         if not dashboard:
             info(
@@ -210,6 +232,19 @@ def train(
         info(str(text))
         if folder is not None:
             atomic_write(folder.path / SUMMARY, (str(text).rstrip("\n") + "\n").encode())
+    report = getattr(trainer, "report", None)
+    if folder is not None and callable(report):  # a classifier's accuracy, per class and by epoch
+        atomic_write(folder.path / SUMMARY_JSON, (json.dumps(report(), indent=2) + "\n").encode())
+
+
+def completed_config(config: dict[str, Any], trainer: Any) -> dict[str, Any]:
+    """The settings a trainer derived from others (steps from epochs, eval_every from the epoch length) fill
+    what the configuration left open; what it was given stays."""
+    derived = getattr(trainer, "config", None)
+    if not isinstance(derived, dict):
+        return config
+    filled = {k: derived[k] for k in ("steps", "eval_every") if config.get(k) is None and derived.get(k) is not None}
+    return {**config, **filled}
 
 
 def load_checkpoint(trainer: Any, saved: SavedRun) -> None:

@@ -33,7 +33,8 @@ class AnnealSpec:
 
     @hookspec
     def register_models(self, register: Callable[..., None]) -> None:
-        """Call ``register(name, build=..., summary=..., defaults=..., presets=...)`` per model."""
+        """Call ``register(name, build=..., summary=..., defaults=..., presets=..., datasets=...)`` per model;
+        ``datasets`` names what ``anneal train MODEL --dataset`` accepts (the first is its default)."""
 
     @hookspec
     def register_datasets(self, register: Callable[..., None]) -> None:
@@ -72,6 +73,7 @@ class ModelEntry:
     defaults: dict[str, Any]
     presets: dict[str, dict[str, Any]]
     plugin: str
+    datasets: tuple[str, ...] = ()  # what `anneal train --dataset` may name for it (empty: it takes none)
 
 
 @dataclass(frozen=True)
@@ -167,9 +169,11 @@ class Plugins:
             summary: str = "",
             defaults: dict[str, Any] | None = None,
             presets: dict[str, dict[str, Any]] | None = None,
+            datasets: tuple[str, ...] = (),
         ) -> None:
             if self._claim("model", self.models, name, plugin):
-                self.models[name] = ModelEntry(name, build, summary, dict(defaults or {}), dict(presets or {}), plugin)
+                self.models[name] = ModelEntry(name, build, summary, dict(defaults or {}), dict(presets or {}), plugin,
+                                               tuple(datasets))  # fmt: skip
 
         return register
 

@@ -9,7 +9,7 @@ from anneal.registry import hookimpl
 
 @hookimpl
 def register_models(register: Callable[..., None]) -> None:
-    from anneal_models import bert, conv, dynmlp, llama, mlp, moe, nanogpt
+    from anneal_models import bert, conv, dynmlp, llama, mlp, moe, nanogpt, resnet9, vit
 
     for name, module, summary in (
         ("mlp", mlp, "small MLP regression on a synthetic 2-D function"),
@@ -21,3 +21,23 @@ def register_models(register: Callable[..., None]) -> None:
         ("bert", bert, "bidirectional char encoder, masked-LM on tinyshakespeare"),
     ):
         register(name, build=module.build, summary=summary, defaults=module.DEFAULTS, presets=module.PRESETS)
+    for name, module, summary, datasets in (
+        ("vit", vit, "patch-4 ViT, 2 pre-LayerNorm blocks, 4 heads, mean pool", ("synthetic10", "digits", "cifar10")),
+        (
+            "resnet9",
+            resnet9,
+            "David Page's ResNet-9 with BatchNorm; his CIFAR-10 recipe in full",
+            ("digits", "cifar10", "synthetic10"),
+        ),
+    ):
+        register(name, build=module.build, summary=summary, defaults=module.DEFAULTS, presets=module.PRESETS,
+                 datasets=datasets)  # fmt: skip
+
+
+@hookimpl
+def register_datasets(register: Callable[..., None]) -> None:
+    from anneal_models import datasets, images
+
+    register("tinyshakespeare", load=datasets.tinyshakespeare, summary="karpathy's tinyshakespeare, char level")
+    for name, load in images.LOADERS.items():
+        register(name, load=load, summary=images.SUMMARIES[name])

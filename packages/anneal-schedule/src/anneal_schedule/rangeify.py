@@ -12,6 +12,7 @@ anything else that is read is loaded from the buffer of an earlier kernel.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -217,6 +218,8 @@ class KernelBuilder:
         if u.op is Ops.REDUCE_AXIS:
             if self.reduce_at.setdefault(u, idx) != idx and not is_root:
                 raise NeedsRealize(u)  # read at two different places: compute it once, in its own kernel
+            if not is_root and recomputed_inside_reduction(u, idx, valid):
+                raise NeedsRealize(u)  # a convolution of a convolution: the inner one would run per tap
             if bc:
                 self.broadcast_reduces.add(u)
             op, axes = u.arg
@@ -236,6 +239,21 @@ class KernelBuilder:
         if u.op in GroupOp.Elementwise:
             return u.replace(src=tuple(self.lower(s, idx, valid, bc) for s in u.src))
         raise NotImplementedError(f"rangeify: no rule for {u.op}")
+
+
+def recomputed_inside_reduction(u: UOp, idx: Index, valid: UOp | None) -> bool:
+    """Would the reduction u, read at idx, compute some of its elements more than once? Only when idx moves
+    with an enclosing reduction's range (a reader that sums over u's elements) and the ranges it moves with
+    visit more points than u has elements (overlapping windows: each tap recomputes the whole inner sum).
+    A row statistic read inside a contraction over another axis is not: its index ignores that range."""
+    ranges = {n for e in (*idx, *((valid,) if valid is not None else ())) for n in e.toposort() if n.op is Ops.RANGE}
+    if not any(r.arg[1] == "reduce" for r in ranges):
+        return False
+    ends = [r.src[0] for r in ranges]
+    if not all(e.op is Ops.CONST for e in ends) or not all(isinstance(s, int) for s in u.shape or ()):
+        return False  # symbolic sizes: keep the fused form
+    points = math.prod(int(e.arg) for e in ends)
+    return points > math.prod(u.shape or ())
 
 
 class NeedsRealize(Exception):
