@@ -114,6 +114,7 @@ def test_no_placeholder_commands(cli: AnnealGroup, runner: CliRunner) -> None:
         "devices",
         "doctor",
         "download",
+        "eval",
         "explain",
         "graph",
         "kernels",
