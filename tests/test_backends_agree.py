@@ -17,13 +17,19 @@ from anneal_wgpu.testing import require_adapter
 
 @pytest.mark.parametrize("module,steps", [(mlp, 40), (conv, 8), (dynmlp, 12)], ids=["mlp", "conv", "dynmlp"])
 def test_training_matches_across_backends(module: Any, steps: int) -> None:
+    _, on_gpu = train_on_both(module, steps)
+    assert on_gpu.jit.replays == steps - 2
+
+
+def train_on_both(module: Any, steps: int) -> tuple[Any, Any]:
+    """The model's tiny preset trained `steps` steps on cpu and on webgpu, which must give the same losses."""
     require_adapter(pytest.fail, pytest.skip)
     config = {**module.DEFAULTS, **module.PRESETS["tiny"]}
     on_cpu, on_gpu = module.build(config, "cpu"), module.build(config, "webgpu")
     losses_cpu = [on_cpu.step(i) for i in range(steps)]
     losses_gpu = [on_gpu.step(i) for i in range(steps)]
     np.testing.assert_allclose(losses_gpu, losses_cpu, rtol=2e-3, atol=1e-5)
-    assert on_gpu.jit.replays == steps - 2
+    return on_cpu, on_gpu
 
 
 @pytest.fixture
@@ -41,11 +47,6 @@ def offline_digits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def test_classifiers_train_alike_on_both_backends(module: Any, steps: int, offline_digits: None) -> None:
     """BatchNorm's batch statistics and running statistics, attention, SGD/AdamW: the same losses and the same
     test logits (eval mode, running statistics) after a few steps on real digits."""
-    require_adapter(pytest.fail, pytest.skip)
-    config = {**module.DEFAULTS, **module.PRESETS["tiny"]}
-    on_cpu, on_gpu = module.build(config, "cpu"), module.build(config, "webgpu")
-    losses_cpu = [on_cpu.step(i) for i in range(steps)]
-    losses_gpu = [on_gpu.step(i) for i in range(steps)]
-    np.testing.assert_allclose(losses_gpu, losses_cpu, rtol=2e-3, atol=1e-5)
+    on_cpu, on_gpu = train_on_both(module, steps)
     x = on_cpu.data.x_test[:64]
     np.testing.assert_allclose(on_gpu.predict(x), on_cpu.predict(x), rtol=2e-3, atol=2e-4)
