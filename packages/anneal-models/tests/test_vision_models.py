@@ -215,7 +215,7 @@ def test_one_cycle_schedule() -> None:
 
 
 def test_bad_configurations_are_named() -> None:
-    with pytest.raises(classify.DatasetMismatch, match="image datasets"):
+    with pytest.raises(images.ImageDataError, match="unknown image dataset 'tinyshakespeare'; known: digits"):
         resnet9.build(config(resnet9, dataset="tinyshakespeare"), "cpu")
     with pytest.raises(ValueError, match="batch 5000 is larger than the 1500 training images"):
         vit.build(config(vit, batch=5000), "cpu")

@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 
 from anneal.registry import AUTO, get_backend, resolve_device
-from anneal_cli.errors import CommandError, one_line
 from anneal_cli.runs import read_run
-from anneal_cli.train import check_dataset, check_device, find_model
+from anneal_cli.train import check_dataset, check_device, find_model, load_checkpoint
 
 
 @click.command("eval")
@@ -36,13 +35,9 @@ def evaluate(model: str, where: Path, dataset: str | None, device: str, as_json:
     if not callable(getattr(trainer, "report", None)):
         raise click.UsageError(f"model {model!r} is not a classifier (its trainer has no report()); "
                                f"`anneal sample` generates from language models")  # fmt: skip
-    try:
-        trainer.load_state_dict(saved.state)
-    except Exception as exc:  # shapes that differ: another dataset's images or classes
-        other = dataset not in (None, trained_on)
-        what = f"; it was trained on {trained_on}, which {dataset} does not match" if other else ""
-        raise CommandError(
-            f"checkpoint in {saved.path} does not fit this {model} model{what}: {one_line(exc)}"
-        ) from None
+    other = dataset not in (None, trained_on)  # shapes that differ: another dataset's images or classes
+    load_checkpoint(
+        trainer, saved, f"; it was trained on {trained_on}, which {dataset} does not match" if other else ""
+    )
     report = trainer.report()
     click.echo(json.dumps(report) if as_json else trainer.report_text(report))

@@ -71,9 +71,7 @@ def check_dataset(entry: ModelEntry, dataset: str | None) -> None:
             f"model {entry.name!r} takes no --dataset (it has its own data)", param_hint="--dataset"
         )
     if dataset not in entry.datasets:
-        from anneal.registry import plugins as found
-
-        known = found().datasets
+        known = loaded_plugins().datasets
         what = f"{dataset!r} is not one of them" if dataset not in known else f"{dataset!r} is not an image set for it"
         raise click.BadParameter(f"model {entry.name!r} trains on {', '.join(entry.datasets)}; {what}",
                                  param_hint="--dataset")  # fmt: skip
@@ -247,7 +245,9 @@ def completed_config(config: dict[str, Any], trainer: Any) -> dict[str, Any]:
     return {**config, **filled}
 
 
-def load_checkpoint(trainer: Any, saved: SavedRun) -> None:
+def load_checkpoint(trainer: Any, saved: SavedRun, hint: str = "") -> None:
+    """Load the run's state into the trainer; a checkpoint that does not fit is one line (with `hint`, what the
+    caller knows of why)."""
     load = getattr(trainer, "load_state_dict", None)
     if not callable(load):
         raise click.UsageError(f"model {saved.model!r} cannot resume: its trainer has no load_state_dict()")
@@ -255,7 +255,7 @@ def load_checkpoint(trainer: Any, saved: SavedRun) -> None:
         load(saved.state)
     except Exception as exc:  # missing/unexpected keys, shape mismatches: the checkpoint is of another model
         ckpt = saved.path / "checkpoint.safetensors"
-        raise CommandError(f"checkpoint {ckpt} does not fit this {saved.model} model: {one_line(exc)}") from None
+        raise CommandError(f"checkpoint {ckpt} does not fit this {saved.model} model{hint}: {one_line(exc)}") from None
     # the summary at the end covers the whole run, not only its resumed part
     if saved.history and hasattr(trainer, "first_loss") and trainer.first_loss is None:
         trainer.first_loss = saved.history[0].loss

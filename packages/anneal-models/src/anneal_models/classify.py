@@ -31,18 +31,6 @@ from anneal_models import images
 from anneal_models.augment import Compose, Normalize, Prefetch
 from anneal_models.trainer import Batch, SupervisedTrainer
 
-IMAGE_DATASETS = tuple(images.LOADERS)
-
-
-class DatasetMismatch(ValueError):
-    """A dataset that a model cannot take (not an image set, or images of another shape than a checkpoint's)."""
-
-
-def load_images(name: str, model: str) -> images.ImageSet:
-    if name not in images.LOADERS:
-        raise DatasetMismatch(f"{model} trains on image datasets ({', '.join(IMAGE_DATASETS)}); {name!r} is not one")
-    return images.load(name)
-
 
 def with_recipe(config: dict[str, Any], recipes: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The dataset's recipe fills the settings the configuration leaves at None (a flag or preset that names

@@ -132,15 +132,19 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return records[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32), labels
 
 
+def _extracted(folder: Path) -> bool:
+    return all((folder / f).is_file() for f in (*CIFAR_TRAIN, CIFAR_TEST))
+
+
 def extract_cifar(archive: Path) -> Path:
     """The folder of .bin files next to the archive, extracted once (through a temporary folder)."""
     folder = archive.parent / CIFAR_FOLDER
-    if all((folder / f).is_file() for f in (*CIFAR_TRAIN, CIFAR_TEST)):
+    if _extracted(folder):
         return folder
     from anneal.data.cache import file_lock, lock_path
 
     with file_lock(lock_path(folder)):
-        if all((folder / f).is_file() for f in (*CIFAR_TRAIN, CIFAR_TEST)):
+        if _extracted(folder):
             return folder  # another process extracted it meanwhile
         tmp = Path(tempfile.mkdtemp(prefix=f".{CIFAR_FOLDER}.", dir=archive.parent))
         try:

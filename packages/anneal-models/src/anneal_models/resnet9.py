@@ -19,8 +19,9 @@ from anneal import Tensor, manual_seed
 from anneal.nn import functional as F
 from anneal.nn.modules import BatchNorm2d, Conv2d, Linear, Module
 from anneal.optim import SGD
+from anneal_models import images
 from anneal_models.augment import Compose, RandomCrop, RandomHorizontalFlip
-from anneal_models.classify import ClassifierTrainer, load_images, one_cycle, with_recipe
+from anneal_models.classify import ClassifierTrainer, one_cycle, with_recipe
 from anneal_models.images import ImageSet
 
 # None: the dataset's recipe (RECIPES) decides
@@ -86,7 +87,7 @@ def build(config: dict[str, Any], device: str, data: ImageSet | None = None) -> 
     """The trainer on config's dataset, or on `data` (benchmarks pass generated images of CIFAR-10's shape)."""
     config = with_recipe(config, RECIPES)
     manual_seed(int(config["seed"]))
-    data = data if data is not None else load_images(str(config["dataset"]), "resnet9")
+    data = data if data is not None else images.load(str(config["dataset"]))
     c, h, w = data.shape
     if min(h, w) < 8:
         raise ValueError(f"resnet9: its three 2x2 pools need images of at least 8x8, {data.name} has {h}x{w}")

@@ -156,6 +156,13 @@ class Block(Module):
         return (x + self.mlp(self.ln_2(x))).contiguous()
 
 
+def decay_groups(params: list[Tensor], weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW's parameter groups as nanoGPT makes them: weight decay on matrices, none on biases and norms."""
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # fmt: skip
+    return [g for g in groups if g["params"]]
+
+
 def count_parameters(module: Module, exclude: tuple[Tensor, ...] = ()) -> int:
     skip = {id(t) for t in exclude}
     return sum(p.numel() for p in module.parameters() if id(p) not in skip)
@@ -206,10 +213,7 @@ class LMTrainer(SupervisedTrainer):
         self.val_batches = val_batches if val_batches is not None else data.fixed_batches(
             "val", int(config["eval_batches"]), bsz, block, seed=int(config["seed"]) + 1)  # fmt: skip
         params = list(net.parameters())
-        wd = float(config["weight_decay"])
-        groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": wd},
-                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # fmt: skip
-        optimizer = AdamW([g for g in groups if g["params"]], lr=float(config["lr"]),
+        optimizer = AdamW(decay_groups(params, float(config["weight_decay"])), lr=float(config["lr"]),
                           betas=(float(config["beta1"]), float(config["beta2"])))  # fmt: skip
 
         def lm_loss(logits: Tensor, y: Tensor) -> Tensor:

@@ -17,9 +17,10 @@ from typing import Any
 from anneal import Tensor, manual_seed
 from anneal.nn.modules import LayerNorm, Module
 from anneal.optim import AdamW, warmup_cosine
+from anneal_models import images
 from anneal_models.augment import Compose, RandomCrop, RandomHorizontalFlip
-from anneal_models.classify import ClassifierTrainer, load_images, with_recipe
-from anneal_models.transformer import MLP, Block, CausalSelfAttention, linear, normal
+from anneal_models.classify import ClassifierTrainer, with_recipe
+from anneal_models.transformer import MLP, Block, CausalSelfAttention, decay_groups, linear, normal
 
 # None: the dataset's recipe (RECIPES) decides
 DEFAULTS: dict[str, Any] = {
@@ -86,16 +87,12 @@ class ViTTrainer(ClassifierTrainer):
 def build(config: dict[str, Any], device: str) -> ViTTrainer:
     config = with_recipe(config, RECIPES)
     manual_seed(int(config["seed"]))
-    data = load_images(str(config["dataset"]), "vit")
+    data = images.load(str(config["dataset"]))
     c, h, w = data.shape
     patch = int(config["patch"] or max(2, h // 8))
     net = ViT(data.shape, len(data.classes), patch, int(config["dim"]), int(config["layers"]), int(config["heads"]),
               device)  # fmt: skip
-    params = list(net.parameters())
-    wd = float(config["weight_decay"])
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": wd},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]  # fmt: skip
-    optimizer = AdamW(groups, lr=float(config["lr"]))
+    optimizer = AdamW(decay_groups(list(net.parameters()), float(config["weight_decay"])), lr=float(config["lr"]))
     pad = int(config["crop"] if config.get("crop") is not None else w // 8)
     crop = [RandomCrop(w, padding=pad, padding_mode="reflect")] if pad else []
     augment = Compose(crop + ([RandomHorizontalFlip()] if data.flips else []))
