@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -102,3 +103,102 @@ class TorchResNet9(nn.Module):
         x = F.max_pool2d(self.layer2(x), 2)
         x = self.res3(F.max_pool2d(self.layer3(x), 2))
         return self.head(torch.amax(x, dim=(2, 3))) * 0.125
+
+
+# ---- the generative models (dit, meanflow): the same networks with anneal's parameter names ----
+
+
+def torch_timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32) / half)
+    args = t.float()[:, None] * freqs[None]
+    return torch.cat([args.cos(), args.sin()], -1)
+
+
+class TorchTimeEmbedder(nn.Module):
+    def __init__(self, dim: int, frequencies: int = 256, scale: float = 1.0) -> None:
+        super().__init__()
+        self.frequencies, self.scale = frequencies, scale
+        self.fc1, self.fc2 = nn.Linear(frequencies, dim), nn.Linear(dim, dim)
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.silu(self.fc1(torch_timestep_embedding(t * self.scale, self.frequencies))))
+
+
+class TorchAttention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.c_attn, self.c_proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = (s.reshape(b, t, self.heads, c // self.heads).transpose(1, 2) for s in self.c_attn(x).chunk(3, -1))
+        # softmax(q k^T / sqrt(d)) v spelled out: torch's fused attention has no forward-mode derivative
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(c // self.heads), -1)
+        return self.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
+
+
+class TorchMLP(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.c_fc, self.c_proj = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class TorchDiTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attn, self.mlp, self.ada = TorchAttention(dim, heads), TorchMLP(dim), nn.Linear(dim, 6 * dim)
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.ada(F.silu(c)).unsqueeze(1).chunk(6, -1)
+        ln = lambda z: F.layer_norm(z, z.shape[-1:], eps=1e-6)  # noqa: E731
+        x = x + gate1 * self.attn(ln(x) * (1 + scale1) + shift1)
+        return x + gate2 * self.mlp(ln(x) * (1 + scale2) + shift2)
+
+
+class TorchDiT(nn.Module):
+    """anneal_models.dit.DiT in torch: forward(x, *times, y)."""
+
+    def __init__(self, shape: tuple[int, int, int], classes: int, patch: int, dim: int, layers: int, heads: int,
+                 times: int = 1, time_scale: float = 1.0) -> None:  # fmt: skip
+        super().__init__()
+        c, h, w = shape
+        self.shape, self.patch, self.grid = shape, patch, (h // patch, w // patch)
+        self.embed = nn.Linear(c * patch * patch, dim)
+        self.pos = nn.Parameter(torch.zeros(self.grid[0] * self.grid[1], dim))
+        self.time = nn.ModuleList([TorchTimeEmbedder(dim, scale=time_scale) for _ in range(times)])
+        self.label = nn.Parameter(torch.zeros(classes + 1, dim))
+        self.blocks = nn.ModuleList([TorchDiTBlock(dim, heads) for _ in range(layers)])
+        self.ada, self.out = nn.Linear(dim, 2 * dim), nn.Linear(dim, c * patch * patch)
+
+    def forward(self, x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        *times, y = inputs
+        n, c = x.shape[:2]
+        (gh, gw), p = self.grid, self.patch
+        cond = self.label[y]
+        for embed, t in zip(self.time, times):
+            cond = cond + embed(t)
+        h = self.embed(x.reshape(n, c, gh, p, gw, p).permute(0, 2, 4, 1, 3, 5).reshape(n, gh * gw, c * p * p))
+        h = h + self.pos
+        for blk in self.blocks:
+            h = blk(h, cond)
+        shift, scale = self.ada(F.silu(cond)).unsqueeze(1).chunk(2, -1)
+        h = self.out(F.layer_norm(h, h.shape[-1:], eps=1e-6) * (1 + scale) + shift)
+        return h.reshape(n, gh, gw, c, p, p).permute(0, 3, 1, 4, 2, 5).reshape(n, c, gh * p, gw * p)
+
+
+def torch_meanflow_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor, r: torch.Tensor, t: torch.Tensor,
+                        e: torch.Tensor, p: float = 1.0, c: float = 1e-3) -> torch.Tensor:  # fmt: skip
+    """MeanFlow's objective for given times, noise and labels (no guidance), its JVP by torch.func.jvp."""
+    t4, r4 = t.reshape(-1, 1, 1, 1), r.reshape(-1, 1, 1, 1)
+    z = (1 - t4) * x + t4 * e
+    v = e - x
+    u, dudt = torch.func.jvp(lambda z_, r_, t_: net(z_, t_, t_ - r_, y), (z, r, t),
+                             (v, torch.zeros_like(r), torch.ones_like(t)))  # fmt: skip
+    target = (v - (t4 - r4) * dudt).detach()
+    err = (u - target).square().reshape(len(x), -1).sum(-1)
+    return ((err.detach() + c) ** -p * err).mean()

@@ -9,15 +9,20 @@ from typing import Any
 import click
 
 from anneal.registry import AUTO, get_backend, resolve_device
-from anneal_cli.train import PRESETS, check_device, find_model, make_config
+from anneal_cli.train import PRESETS, check_device, find_model, make_config, parse_settings
 
 
-def _step_graph(model: str, preset: str | None, device: str, backward: bool) -> tuple[Any, str]:
+SET = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+                   help="A setting of the model, as `anneal train --set` (meanflow: --set jvp=false).")
+
+
+def _step_graph(model: str, preset: str | None, device: str, backward: bool,
+                settings: tuple[str, ...] = ()) -> tuple[Any, str]:  # fmt: skip
     entry = find_model(model)
     check_device(device)
     resolved, _ = resolve_device(device)
     resolved, _ = get_backend(resolved)
-    trainer = entry.build(make_config(entry, preset, {}), resolved)
+    trainer = entry.build(make_config(entry, preset, parse_settings(entry, settings)), resolved)
     graph = getattr(trainer, "graph", None)
     if not callable(graph):
         raise click.UsageError(f"model {model!r} does not expose its step graph (its trainer has no graph())")
@@ -30,11 +35,12 @@ def _step_graph(model: str, preset: str | None, device: str, backward: bool) -> 
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of nodes.")
 @click.option("--preset", type=click.Choice(PRESETS), help="Model size [default: the model's default].")
 @click.option("--device", default=AUTO, show_default=True, help="Where the model's tensors live.")
-def graph(model: str, backward: bool, as_json: bool, preset: str | None, device: str) -> None:
+@SET
+def graph(model: str, backward: bool, as_json: bool, preset: str | None, device: str, settings: tuple[str, ...]) -> None:
     """The UOp DAG of one step of MODEL: one line per node."""
     from anneal.introspect import graph_rows
 
-    step, _ = _step_graph(model, preset, device, backward)
+    step, _ = _step_graph(model, preset, device, backward, settings)
     rows = graph_rows(step.forward, step.backward)
     if as_json:
         click.echo(json.dumps([asdict(r) for r in rows]))
@@ -56,11 +62,13 @@ def graph(model: str, backward: bool, as_json: bool, preset: str | None, device:
 )
 @click.option("--preset", type=click.Choice(PRESETS), help="Model size [default: the model's default].")
 @click.option("--no-source", is_flag=True, help="Only the one-line summaries.")
-def kernels(model: str, backward: bool, device: str, preset: str | None, no_source: bool) -> None:
+@SET
+def kernels(model: str, backward: bool, device: str, preset: str | None, no_source: bool,
+            settings: tuple[str, ...]) -> None:  # fmt: skip
     """Each scheduled kernel of one step of MODEL: its opts and generated source."""
     from anneal.introspect import kernel_rows
 
-    step, resolved = _step_graph(model, preset, device, backward)
+    step, resolved = _step_graph(model, preset, device, backward, settings)
     rows = kernel_rows(step.forward, step.backward, resolved)
     for r in rows:
         click.echo(f"{r.name}  [{r.phase}]  {r.fused_ops} ops  out: {r.output}  in: {', '.join(r.inputs) or '-'}")

@@ -81,6 +81,7 @@ def build_cli() -> AnnealGroup:
     from anneal_cli.info import devices, plugins
     from anneal_cli.inspect_cmds import explain, graph, kernels
     from anneal_cli.sample_cmd import sample
+    from anneal_cli.score_cmd import score
     from anneal_cli.train import train
 
     @click.group(cls=AnnealGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -101,6 +102,7 @@ def build_cli() -> AnnealGroup:
     cli.add_command(cache)
     cli.add_command(sample)
     cli.add_command(evaluate)
+    cli.add_command(score)
     assert isinstance(cli, AnnealGroup)
     return cli
 

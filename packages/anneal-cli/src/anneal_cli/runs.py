@@ -118,8 +118,9 @@ class SavedRun:
     history: list[Row]
 
 
-def read_run(path: Path, model: str) -> SavedRun:
-    """Read and check a run folder; every problem is one clear CommandError (exit 1)."""
+def read_run(path: Path, model: str | None = None) -> SavedRun:
+    """Read and check a run folder (of `model`, or of whichever model wrote it); every problem is one clear
+    CommandError (exit 1)."""
     cfg_path = path / CONFIG
     if not cfg_path.is_file():
         raise CommandError(f"{path} is not an anneal run folder (it has no {CONFIG})")
@@ -129,6 +130,7 @@ def read_run(path: Path, model: str) -> SavedRun:
         raise CommandError(f"{cfg_path} is unreadable or not JSON: {one_line(exc)}") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("model"), str) or not isinstance(meta.get("config"), dict):
         raise CommandError(f"{path} is not an anneal run folder ({CONFIG} has no model and config)")
+    model = model or meta["model"]
     if meta["model"] != model:
         raise CommandError(f"{path} is a run of model {meta['model']!r}, not {model!r}")
     ckpt = path / CHECKPOINT

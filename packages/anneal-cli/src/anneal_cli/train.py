@@ -77,6 +77,25 @@ def check_dataset(entry: ModelEntry, dataset: str | None) -> None:
                                  param_hint="--dataset")  # fmt: skip
 
 
+def parse_settings(entry: ModelEntry, settings: tuple[str, ...]) -> dict[str, Any]:
+    """--set KEY=VALUE pairs as config entries: VALUE as JSON (3, 0.5, true, null, "s"), else the string itself.
+    KEY must be one of the model's configuration keys."""
+    keys = set(entry.defaults) | {k for preset in entry.presets.values() for k in preset}
+    out: dict[str, Any] = {}
+    for item in settings:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        if key not in keys:
+            raise click.BadParameter(f"model {entry.name!r} has no setting {key!r}; its settings: "
+                                     f"{', '.join(sorted(keys))}", param_hint="--set")  # fmt: skip
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
+
+
 def check_device(name: str) -> None:
     if name != AUTO and name not in backend_names():
         known = ", ".join(backend_names()) or "none"
@@ -134,6 +153,8 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
     help="Continue the run in this folder from its checkpoint (up to --steps).",
 )
 @click.option("--dataset", help="The dataset, for models that take several (vit, resnet9: digits, cifar10, ...).")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Any other setting of the model (a JSON value, else a string): --set dim=64 --set jvp=false.")
 def train(
     model: str,
     device: str,
@@ -149,12 +170,14 @@ def train(
     out: Path | None,
     resume: Path | None,
     dataset: str | None,
+    settings: tuple[str, ...],
 ) -> None:
     """Train MODEL; hyperparameters default per model, a flag overrides only what it names."""
     entry = find_model(model)
     check_device(device)
     check_dataset(entry, dataset)
-    flags = {"steps": steps, "lr": lr, "batch": batch, "seed": seed, "eval_every": eval_every, "dataset": dataset}
+    flags = {**parse_settings(entry, settings), "steps": steps, "lr": lr, "batch": batch, "seed": seed,
+             "eval_every": eval_every, "dataset": dataset}  # fmt: skip
     saved = read_run(resume, entry.name) if resume is not None else None
     config = resumed_config(saved, preset, flags) if saved else make_config(entry, preset, flags)
     resolved, note = resolve_device(device)

@@ -10,6 +10,7 @@ across runs is always tested on the same images.
 - cifar10: the binary archive's data_batch_1..5 (50,000 train) and test_batch (10,000 test); each record
   is one label byte and 3,072 pixel bytes (R, G, B planes of 32x32). The archive is extracted once into
   the cache, through a temporary folder renamed into place, so a crash never leaves half a dataset.
+- synthetic8: the generative models' small set, 8x8 grey shapes (two bars, a box, a plus), generated.
 - synthetic10: 10 classes of 32x32 RGB images generated from a seed (no download): an oriented grating
   per class (18 degrees apart), with random frequency, phase, colour and noise; 5,000 train / 1,000 test.
 """
@@ -209,11 +210,46 @@ def synthetic10(train: int = 5_000, test: int = 1_000, seed: int = 0) -> ImageSe
     return ImageSet("synthetic10", x_train, y_train, x_test, y_test, names, flips=False)
 
 
-LOADERS: dict[str, Callable[[], ImageSet]] = {"digits": digits, "cifar10": cifar10, "synthetic10": synthetic10}
+# ---------------------------------------------------------------------------- synthetic8
+
+SHAPES8 = ("hbar", "vbar", "box", "plus")
+
+
+def shape_images(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """n grey 8x8 images of one shape each at a random place and brightness: a 4-pixel horizontal or vertical
+    bar, a 4x4 box outline, a 3x3 plus; faint noise."""
+    labels = rng.integers(0, len(SHAPES8), n)
+    x = rng.normal(0, 0.03, (n, 1, 8, 8))
+    for i, k in enumerate(labels):
+        r, c = rng.integers(0, 5, 2)
+        v = rng.uniform(0.6, 1.0)
+        if k == 0:
+            x[i, 0, r + 1, c : c + 4] += v
+        elif k == 1:
+            x[i, 0, r : r + 4, c + 1] += v
+        elif k == 2:
+            x[i, 0, r : r + 4, c : c + 4] += v
+            x[i, 0, r + 1 : r + 3, c + 1 : c + 3] -= v
+        else:
+            x[i, 0, r + 1, c : c + 3] += v
+            x[i, 0, r : r + 3, c + 1] += v
+            x[i, 0, r + 1, c + 1] -= v  # the centre once, not twice
+    return np.clip(x, 0, 1).astype(np.float32), labels.astype(np.int64)
+
+
+def synthetic8(train: int = 2_000, test: int = 500, seed: int = 0) -> ImageSet:
+    x_train, y_train = shape_images(train, np.random.default_rng([seed, 8, 0]))
+    x_test, y_test = shape_images(test, np.random.default_rng([seed, 8, 1]))
+    return ImageSet("synthetic8", x_train, y_train, x_test, y_test, SHAPES8, flips=True)
+
+
+LOADERS: dict[str, Callable[[], ImageSet]] = {"digits": digits, "cifar10": cifar10, "synthetic10": synthetic10,
+                                              "synthetic8": synthetic8}  # fmt: skip
 SUMMARIES = {
     "digits": "UCI optdigits as scikit-learn bundles it: 1,797 8x8 grey digits, 1,500 train / 297 test",
     "cifar10": "CIFAR-10 (binary archive): 50,000 train / 10,000 test 32x32 RGB images, 10 classes",
     "synthetic10": "10 oriented-grating classes, 32x32 RGB, 5,000 train / 1,000 test, generated (no download)",
+    "synthetic8": "4 shapes (bars, box, plus) at random places, 8x8 grey, 2,000 train / 500 test, generated",
 }
 
 

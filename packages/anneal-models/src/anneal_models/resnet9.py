@@ -71,12 +71,15 @@ class ResNet9(Module):
         self.layer3, self.res3 = ConvBN(4 * w, 8 * w, device), Residual(8 * w, device)
         self.head = Linear(8 * w, classes, bias=False, device=device)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def features(self, x: Tensor) -> Tensor:
+        """The penultimate features (N, 8w): the global max pool the head reads (what FD-resnet9 compares)."""
         x = self.prep(x)
         x = self.res1(F.max_pool2d(self.layer1(x), 2))
         x = F.max_pool2d(self.layer2(x), 2)
-        x = self.res3(F.max_pool2d(self.layer3(x), 2))
-        return self.head(x.max((2, 3))) * 0.125
+        return self.res3(F.max_pool2d(self.layer3(x), 2)).max((2, 3))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x)) * 0.125
 
 
 class ResNet9Trainer(ClassifierTrainer):
