@@ -11,9 +11,13 @@ import click
 from anneal.registry import AUTO, get_backend, resolve_device
 from anneal_cli.train import PRESETS, check_device, find_model, make_config, parse_settings
 
-
-SET = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-                   help="A setting of the model, as `anneal train --set` (meanflow: --set jvp=false).")
+SET = click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A setting of the model, as `anneal train --set` (meanflow: --set jvp=false).",
+)
 
 
 def _step_graph(model: str, preset: str | None, device: str, backward: bool,
@@ -36,7 +40,9 @@ def _step_graph(model: str, preset: str | None, device: str, backward: bool,
 @click.option("--preset", type=click.Choice(PRESETS), help="Model size [default: the model's default].")
 @click.option("--device", default=AUTO, show_default=True, help="Where the model's tensors live.")
 @SET
-def graph(model: str, backward: bool, as_json: bool, preset: str | None, device: str, settings: tuple[str, ...]) -> None:
+def graph(
+    model: str, backward: bool, as_json: bool, preset: str | None, device: str, settings: tuple[str, ...]
+) -> None:
     """The UOp DAG of one step of MODEL: one line per node."""
     from anneal.introspect import graph_rows
 

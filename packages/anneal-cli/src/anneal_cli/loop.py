@@ -7,6 +7,7 @@ trainers"):
 
 - ``step(i) -> float``: run step i (from 0), return its training loss;
 - ``evaluate() -> float | None``: the validation loss now (None: no validation data);
+- ``eval_note() -> str | None``: what else the evaluation measured, for the log line (a generator's scores);
 - ``lr() -> float``: the learning rate in effect;
 - ``finish() -> str | None``: text to print when training ends (a sample, a summary);
 - ``graph(backward) -> StepGraph``, ``params``, ``jit``: what the dashboard's header and
@@ -49,6 +50,7 @@ class StepLog:
     val: float | None  # the validation loss, on steps where it was evaluated
     lr: float | None
     ms_per_step: float
+    note: str | None = None  # the trainer's eval_note() on steps where it was evaluated
 
 
 def default_log_every(steps: int) -> int:
@@ -84,6 +86,7 @@ def run(
     ``checkpoint(done)`` is called then too (and after the last step). ms/step counts the steps only: time spent
     evaluating, emitting and checkpointing is left out."""
     evaluate = getattr(trainer, "evaluate", None)
+    eval_note = getattr(trainer, "eval_note", None)
     current_lr = getattr(trainer, "lr", None)
     logs: list[StepLog] = []
     since, t0 = 0, clock()
@@ -98,7 +101,7 @@ def run(
         at_eval = eval_every is not None and (done % eval_every == 0 or done == steps)
         if done % log_every == 0 or done == steps or (at_eval and callable(evaluate)):
             now = clock()
-            val = None
+            val, note = None, None
             if at_eval and callable(evaluate):
                 result = evaluate()
                 if result is not None:
@@ -106,8 +109,9 @@ def run(
                     if not math.isfinite(val):
                         raise NonFiniteLoss(done, val, "val loss")
                     _notify(observers, "after_eval", done, val)
+                note = eval_note() if callable(eval_note) else None
             rate = float(current_lr()) if callable(current_lr) else lr
-            record = StepLog(done, steps, loss, val, rate, (now - t0) * 1000.0 / since)
+            record = StepLog(done, steps, loss, val, rate, (now - t0) * 1000.0 / since, note)
             logs.append(record)
             emit(record)
             _notify(observers, "logged", record)
@@ -127,9 +131,11 @@ def plain_line(record: StepLog) -> str:
     if record.lr is not None:
         parts.append(f"lr {record.lr:.1e}")
     parts.append(f"{record.ms_per_step:.1f} ms/step")
+    if record.note:
+        parts.append(record.note)
     return "  ".join(parts)
 
 
 def json_line(record: StepLog) -> str:
-    data: dict[str, Any] = asdict(record)
+    data: dict[str, Any] = {k: v for k, v in asdict(record).items() if k != "note" or v is not None}
     return json.dumps(data)

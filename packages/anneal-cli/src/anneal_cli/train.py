@@ -153,8 +153,13 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
     help="Continue the run in this folder from its checkpoint (up to --steps).",
 )
 @click.option("--dataset", help="The dataset, for models that take several (vit, resnet9: digits, cifar10, ...).")
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="Any other setting of the model (a JSON value, else a string): --set dim=64 --set jvp=false.")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any other setting of the model (a JSON value, else a string): --set dim=64 --set jvp=false.",
+)
 def train(
     model: str,
     device: str,
@@ -201,11 +206,11 @@ def train(
             load_checkpoint(trainer, saved)
         config = completed_config(config, trainer)
         total = int(config["steps"])
-        settings = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
+        shown = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
         parameters = count_parameters(trainer)
         if not dashboard:
             info(
-                f"model {entry.name}  device {resolved}  {settings}" + (f"  params {parameters}" if parameters else "")
+                f"model {entry.name}  device {resolved}  {shown}" + (f"  params {parameters}" if parameters else "")
             )
         if note:
             info(note)

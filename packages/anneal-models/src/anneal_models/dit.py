@@ -25,8 +25,8 @@ from anneal_models.generative import EpsilonTrainer, TimeEmbedder
 from anneal_models.transformer import MLP, CausalSelfAttention, decay_groups, linear, normal
 
 DEFAULTS: dict[str, Any] = {
-    "dataset": "digits", "steps": 3000, "batch": 128, "lr": 1e-3, "min_lr": 1e-5, "warmup": 100,
-    "weight_decay": 0.0, "patch": 2, "dim": 128, "layers": 4, "heads": 4, "diffusion_steps": 1000,
+    "dataset": "digits", "steps": 1500, "batch": 64, "lr": 3e-3, "min_lr": 3e-5, "warmup": 100,
+    "weight_decay": 0.0, "patch": 2, "dim": 64, "layers": 4, "heads": 4, "diffusion_steps": 1000,
     "noise_schedule": "cosine", "sampler": "ddim", "sample_steps": 50, "label_dropout": 0.1, "cfg": 2.0,
     "grid": 8, "score_samples": 500, "eval_every": None, "seed": 0,
 }  # fmt: skip

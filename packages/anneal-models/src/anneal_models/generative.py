@@ -16,7 +16,6 @@ Dhariwal's respacing), `ddim` the deterministic DDIM update (eta 0). Both clip t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from anneal.jit import jit
 from anneal.nn import functional as F
 from anneal.nn.modules import Module
 from anneal.optim import Optimizer, warmup_cosine_lr
-from anneal_models import grid, images
+from anneal_models import grid
 from anneal_models.images import ImageSet
 from anneal_models.trainer import StepGraph, SupervisedTrainer
 from anneal_models.transformer import linear
@@ -259,6 +258,13 @@ class GenerativeTrainer(SupervisedTrainer):
         self.history.append(entry)
         return loss
 
+    def eval_note(self) -> str | None:
+        """The last evaluation's scores, for the log line."""
+        from anneal_models import score
+
+        entry = self.history[-1] if self.history else {}
+        return score.line({k: v for k, v in entry.items() if k not in ("step", "loss")}) or None
+
     def score(self, count: int, *, seed: int = 0, steps: int | None = None, cfg: float | None = None
               ) -> dict[str, Any]:  # fmt: skip
         """FD-resnet9-digits and the class shares of `count` samples (the classes in turn when conditional)."""
@@ -291,18 +297,6 @@ class GenerativeTrainer(SupervisedTrainer):
 
     def finish(self) -> str:
         return self.report_text(self.report())
-
-
-def batched(fn: Callable[..., np.ndarray], chunk: int, *arrays: np.ndarray) -> np.ndarray:
-    """fn over `arrays` in chunks of one shape (the last padded with its own first rows), concatenated."""
-    out, n = [], len(arrays[0])
-    for s in range(0, n, chunk):
-        part = [a[s : s + chunk] for a in arrays]
-        k = len(part[0])
-        if k < chunk:
-            part = [np.concatenate([p, np.repeat(p[:1], chunk - k, axis=0)]) for p in part]
-        out.append(fn(*part)[:k])
-    return np.concatenate(out)
 
 
 class EpsilonTrainer(GenerativeTrainer):

@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
                                     "seed")},
     "flow_ratio": 0.25, "time_mu": -0.4, "time_sigma": 1.0, "adaptive_p": 1.0, "adaptive_c": 1e-3,
     "guidance": 1.0, "jvp": True, "sample_steps": 1, "cfg": 1.0,
+    "lr": 1e-3, "min_lr": 1e-5,  # dit's 3e-3 diverges here (the target moves with d/dt u)
 }  # fmt: skip
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"steps": 20, "batch": 16, "dim": 32, "layers": 1, "heads": 2, "grid": 2, "score_samples": 0},

@@ -29,12 +29,24 @@ def register_models(register: Callable[..., None]) -> None:
             "David Page's ResNet-9 with BatchNorm; his CIFAR-10 recipe in full",
             ("digits", "cifar10", "synthetic10"),
         ),
-        ("diffusion", diffusion, "tiny DDPM: conv stack, sinusoidal time embedding, DDPM/DDIM sampling",
-         ("synthetic8", "digits")),
-        ("dit", dit, "class-conditional Diffusion Transformer, adaLN-zero, classifier-free guidance",
-         ("digits", "cifar10")),
-        ("meanflow", meanflow, "MeanFlow one-step generator on the DiT backbone, trained through anneal.jvp",
-         ("digits", "cifar10")),
+        (
+            "diffusion",
+            diffusion,
+            "tiny DDPM: conv stack, sinusoidal time embedding, DDPM/DDIM sampling",
+            ("synthetic8", "digits"),
+        ),
+        (
+            "dit",
+            dit,
+            "class-conditional Diffusion Transformer, adaLN-zero, classifier-free guidance",
+            ("digits", "cifar10"),
+        ),
+        (
+            "meanflow",
+            meanflow,
+            "MeanFlow one-step generator on the DiT backbone, trained through anneal.jvp",
+            ("digits", "cifar10"),
+        ),
     ):
         register(name, build=module.build, summary=summary, defaults=module.DEFAULTS, presets=module.PRESETS,
                  datasets=datasets)  # fmt: skip

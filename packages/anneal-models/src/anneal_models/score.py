@@ -99,8 +99,9 @@ def scorer(device: str) -> Scorer:
 
 
 def line(entry: dict[str, Any]) -> str:
-    """One history entry as text: step, loss and the scores there are."""
-    parts = [f"step {entry['step']}"] + ([f"loss {entry['loss']:.4f}"] if "loss" in entry else [])
+    """A history entry as text: the step, loss and scores it has."""
+    parts = [f"step {entry['step']}"] if "step" in entry else []
+    parts += [f"loss {entry['loss']:.4f}"] if "loss" in entry else []
     if NAME in entry:
         parts.append(f"{NAME} {entry[NAME]:.2f}")
     if "accuracy" in entry:
