@@ -25,8 +25,11 @@ def train_on_both(module: Any, steps: int) -> tuple[Any, Any]:
     """The model's tiny preset trained `steps` steps on cpu and on webgpu, which must give the same losses."""
     require_adapter(pytest.fail, pytest.skip)
     config = {**module.DEFAULTS, **module.PRESETS["tiny"]}
-    on_cpu, on_gpu = module.build(config, "cpu"), module.build(config, "webgpu")
+    # build and train one after the other: build() reseeds every device's generator (as torch.manual_seed),
+    # so a second build between the first one and its steps would rewind the first one's draws
+    on_cpu = module.build(config, "cpu")
     losses_cpu = [on_cpu.step(i) for i in range(steps)]
+    on_gpu = module.build(config, "webgpu")
     losses_gpu = [on_gpu.step(i) for i in range(steps)]
     np.testing.assert_allclose(losses_gpu, losses_cpu, rtol=2e-3, atol=1e-5)
     return on_cpu, on_gpu
