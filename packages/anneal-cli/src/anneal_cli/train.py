@@ -209,9 +209,7 @@ def train(
         shown = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
         parameters = count_parameters(trainer)
         if not dashboard:
-            info(
-                f"model {entry.name}  device {resolved}  {shown}" + (f"  params {parameters}" if parameters else "")
-            )
+            info(f"model {entry.name}  device {resolved}  {shown}" + (f"  params {parameters}" if parameters else ""))
         if note:
             info(note)
         if saved is not None:
