@@ -78,6 +78,7 @@ def build_cli() -> AnnealGroup:
     from anneal_cli.data_cmds import cache, download
     from anneal_cli.doctor import doctor
     from anneal_cli.eval_cmd import evaluate
+    from anneal_cli.gpt2_cmd import gpt2
     from anneal_cli.info import devices, plugins
     from anneal_cli.inspect_cmds import explain, graph, kernels
     from anneal_cli.sample_cmd import sample
@@ -103,6 +104,7 @@ def build_cli() -> AnnealGroup:
     cli.add_command(sample)
     cli.add_command(evaluate)
     cli.add_command(score)
+    cli.add_command(gpt2)
     assert isinstance(cli, AnnealGroup)
     return cli
 

@@ -22,7 +22,7 @@ from anneal_models.transformer import linear
 
 DEFAULTS: dict[str, Any] = {
     "dataset": "synthetic8", "steps": 1500, "batch": 64, "lr": 2e-3, "min_lr": 2e-5, "warmup": 100,
-    "channels": 32, "blocks": 2, "diffusion_steps": 1000, "noise_schedule": "linear", "sampler": "ddpm",
+    "channels": 32, "blocks": 2, "diffusion_steps": 1000, "noise_schedule": "cosine", "sampler": "ddpm",
     "sample_steps": 100, "grid": 8, "score_samples": 500, "eval_every": None, "seed": 0,
 }  # fmt: skip
 PRESETS: dict[str, dict[str, Any]] = {

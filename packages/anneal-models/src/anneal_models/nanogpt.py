@@ -45,8 +45,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 class GPT(LanguageModel):
+    """`gelu="tanh"` and `eps` 1e-5 with biases is GPT-2 (anneal_models.gpt2 loads its weights into this module)."""
+
     def __init__(self, vocab_size: int, block: int, layers: int, heads: int, dim: int, dropout: float, bias: bool,
-                 device: str) -> None:  # fmt: skip
+                 device: str, gelu: str = "none") -> None:  # fmt: skip
         super().__init__()
         self.vocab_size, self.block = vocab_size, block
         std, proj_std = 0.02, 0.02 / math.sqrt(2 * layers)
@@ -57,7 +59,7 @@ class GPT(LanguageModel):
             attn = CausalSelfAttention(dim, heads, bias=bias, dropout=dropout, std=std,
                                        proj_std=proj_std, device=device)  # fmt: skip
             mlp = MLP(dim, 4 * dim, bias=bias, dropout=dropout, std=std, proj_std=proj_std,
-                      device=device)  # fmt: skip
+                      device=device, approximate=gelu)  # fmt: skip
             return Block(norm("layernorm", dim, bias, device), attn, norm("layernorm", dim, bias, device), mlp)
 
         self.transformer: dict[str, Any] = {  # nanoGPT's names: transformer.h.0.attn.c_attn.weight, ...
@@ -73,7 +75,8 @@ class GPT(LanguageModel):
         if t > self.block:
             raise ValueError(f"nanogpt: sequence of length {t} is longer than the block size {self.block}")
         tr = self.transformer
-        x = tr["drop"](tr["wte"](idx) + tr["wpe"].weight[:t])
+        # float32 activations whatever the weights' storage dtype (gpt2 --dtype float16): wider weights meet them
+        x = tr["drop"]((tr["wte"](idx) + tr["wpe"].weight[:t]).float())
         for blk in tr["h"]:
             x = blk(x)
         return tr["ln_f"](x)

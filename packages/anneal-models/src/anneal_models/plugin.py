@@ -9,7 +9,7 @@ from anneal.registry import hookimpl
 
 @hookimpl
 def register_models(register: Callable[..., None]) -> None:
-    from anneal_models import bert, conv, diffusion, dit, dynmlp, llama, meanflow, mlp, moe, nanogpt, resnet9, vit
+    from anneal_models import bert, conv, diffusion, dit, dynmlp, gpt2, llama, meanflow, mlp, moe, nanogpt, resnet9, vit
 
     for name, module, summary in (
         ("mlp", mlp, "small MLP regression on a synthetic 2-D function"),
@@ -19,6 +19,7 @@ def register_models(register: Callable[..., None]) -> None:
         ("llama", llama, "char Llama on tinyshakespeare: RMSNorm, GQA + RoPE, SwiGLU, tied embeddings"),
         ("moe", moe, "nanogpt with soft-routed expert FFNs and a load-balance loss, on tinyshakespeare"),
         ("bert", bert, "bidirectional char encoder, masked-LM on tinyshakespeare"),
+        ("gpt2", gpt2, "GPT-2 small from the real weights, fine-tuned on tinyshakespeare in GPT-2's BPE"),
     ):
         register(name, build=module.build, summary=summary, defaults=module.DEFAULTS, presets=module.PRESETS)
     for name, module, summary, datasets in (

@@ -108,17 +108,19 @@ class CausalSelfAttention(Module):
 
 
 class MLP(Module):
-    """GPT's feed-forward: c_fc (dim -> 4 dim), exact GELU, c_proj, dropout."""
+    """GPT's feed-forward: c_fc (dim -> 4 dim), GELU (exact, or `approximate="tanh"`: GPT-2's gelu_new), c_proj,
+    dropout."""
 
     def __init__(self, dim: int, hidden: int, *, bias: bool, dropout: float, std: float,
-                 proj_std: float, device: str) -> None:  # fmt: skip
+                 proj_std: float, device: str, approximate: str = "none") -> None:  # fmt: skip
         super().__init__()
         self.c_fc = linear(dim, hidden, bias, std, device)
         self.c_proj = linear(hidden, dim, bias, proj_std, device)
         self.dropout = Dropout(dropout)
+        self.approximate = approximate
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
 class SwiGLU(Module):
