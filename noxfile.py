@@ -9,7 +9,8 @@
 
 Each package's tests run in its own directory, in a venv holding that package and its
 internal dependencies installed editable, so an undeclared dependency fails there.
-PyTorch (CPU build) is a test-only value oracle for the packages in TORCH_USERS.
+PyTorch (CPU build) is a test-only value oracle for the packages in TORCH_USERS, Hugging Face transformers
+for GPT-2 in TRANSFORMERS_USERS.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ PACKAGES = [
     "anneal-cli",
 ]
 TORCH = "torch==2.13.0"  # the CPU wheel; pip finds it through PIP_FIND_LINKS
-TORCH_USERS = {"anneal", "anneal-cpu", "anneal-autodiff", "anneal-schedule", "anneal-models"}
+TORCH_USERS = {"anneal", "anneal-cpu", "anneal-autodiff", "anneal-schedule", "anneal-models", "anneal-cli"}
+TRANSFORMERS = "transformers==5.24.0"  # GPT-2's oracle (Hugging Face's model, tokenizer and generate)
+TRANSFORMERS_USERS = {"anneal-models", "anneal-cli"}
 TEST_TOOLS = ["pytest", "hypothesis"]
 PYTEST_NO_TESTS = 5
 TYPED = ["anneal_ir", "anneal_wgpu", "anneal_models", "anneal_cli"]  # add the others as they gain modules
@@ -88,15 +91,15 @@ def pytest(session: nox.Session, where: Path, label: str) -> None:
 @nox.parametrize("package", [nox.param(p, id=p, tags=[p]) for p in PACKAGES])
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests, in its directory, with its internal dependencies editable."""
-    torch = [TORCH] if package in TORCH_USERS else []
-    install_editable(session, internal_deps(package), *TEST_TOOLS, *torch)
+    oracles = ([TORCH] if package in TORCH_USERS else []) + ([TRANSFORMERS] if package in TRANSFORMERS_USERS else [])
+    install_editable(session, internal_deps(package), *TEST_TOOLS, *oracles)
     pytest(session, ROOT / "packages" / package, package)
 
 
 @nox.session(python=PYTHONS, tags=["integration"])
 def integration(session: nox.Session) -> None:
     """Cross-package tests (tests/): every package installed, plugin fixtures, dependency rules."""
-    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH)
+    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH, TRANSFORMERS)
     pytest(session, ROOT / "tests", "integration")
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from anneal.data.testing import shared_data_dir
-from anneal_models import conv, diffusion, dit, dynmlp, images, meanflow, mlp, resnet9, vit
+from anneal_models import conv, diffusion, dit, dynmlp, gpt2, images, meanflow, mlp, resnet9, vit
 from anneal_wgpu.testing import require_adapter
 
 
@@ -63,3 +63,29 @@ def test_generators_train_and_sample_alike_on_both_backends(module: Any, offline
     a, _ = on_cpu.sample(8, seed=5, steps=3)
     b, _ = on_gpu.sample(8, seed=5, steps=3)
     np.testing.assert_allclose(b, a, rtol=2e-3, atol=2e-3)
+
+
+def test_gpt2_on_webgpu_matches_transformers(tmp_path: Path) -> None:
+    """A random tiny GPT-2 in the Hugging Face layout: logits on webgpu against transformers (1e-4), and the KV
+    cache's greedy tokens the same as on cpu."""
+    require_adapter(pytest.fail, pytest.skip)
+    import torch
+    import transformers
+
+    torch.manual_seed(2)
+    config = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=2)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(shared_data_dir(__file__) / "gpt2" / name, tmp_path)
+    net, bpe = gpt2.load(tmp_path, "webgpu")
+    net.eval()
+    ids = bpe.encode("To be, or not to be, that is the question")
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits.numpy()
+    from anneal import Tensor
+
+    np.testing.assert_allclose(net(Tensor(np.array([ids]), device="webgpu")).numpy(), expected, atol=1e-4, rtol=1e-4)
+    on_gpu = list(gpt2.Generator(net, "webgpu").stream(ids, 12, temperature=0.0))
+    cpu_net, _ = gpt2.load(tmp_path, "cpu")
+    assert on_gpu == list(gpt2.Generator(cpu_net, "cpu").stream(ids, 12, temperature=0.0))

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import transformers
 from torch.nn import functional as tf
 
 from anneal import Tensor
@@ -19,7 +20,6 @@ from anneal.realize import realize_all
 from anneal_models import gpt2
 from anneal_models.bpe import BPE
 
-transformers = pytest.importorskip("transformers", reason="transformers is a test dependency (nox installs it)")
 GPT2_DATA = shared_data_dir(__file__) / "gpt2"
 HARD = ["héllo wörld 🤗🤗  ", "it's  \n\n  x's   y'S 'll", "e\u0301\u0302 combining marks", "   \t\n\n\n  ",
         "<|endoftext|>after", "ﬁ ŉ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "1234567 3.14159", "\u200b\ufeffzero width", "Hello, world!"]  # fmt: skip

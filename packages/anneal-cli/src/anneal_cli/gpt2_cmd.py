@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
@@ -26,7 +28,7 @@ def gpt2() -> None:
 @click.option("--greedy", is_flag=True, help="Always the most likely token.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--weights", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A Hugging Face GPT-2 folder (config.json, model.safetensors) [default: the pinned weights].")  # fmt: skip
+              help="A Hugging Face GPT-2 folder: config.json, model.safetensors [default: the pinned].")  # fmt: skip
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True,
               help="The weights' storage dtype (activations stay float32).")  # fmt: skip
 @click.option("--device", default=AUTO, show_default=True)
@@ -47,7 +49,7 @@ def sample(prompt: str, max_tokens: int, temperature: float, top_k: int | None, 
             raise click.BadParameter(str(exc), param_hint="--weights") from None
         raise CommandError(str(exc)) from None
     ids = bpe.encode(prompt)
-    out = click.get_binary_stream("stdout")
+    out: BinaryIO = sys.stdout.buffer  # bytes: a token may end inside a UTF-8 character
     out.write(prompt.encode())
     out.flush()
     generator = model.Generator(net, resolved)

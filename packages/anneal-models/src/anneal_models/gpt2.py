@@ -54,6 +54,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "full": {"batch": 8, "block": 1024, "steps": 2000, "eval_every": 200, "eval_batches": 20},
 }  # fmt: skip
 DTYPES = ("float32", "float16", "bfloat16")
+SMALL = {
+    "model_type": "gpt2",
+    "n_layer": 12,
+    "n_head": 12,
+    "n_embd": 768,
+    "n_positions": 1024,
+    "vocab_size": 50257,
+    "layer_norm_epsilon": 1e-5,
+    "activation_function": "gelu_new",
+}  # GPT-2 small's config.json
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 MASKS = (".attn.bias", ".attn.masked_bias")  # Hugging Face's causal-mask buffers, not weights
 
@@ -156,8 +166,7 @@ def pinned_folder() -> Path:
     fetch("gpt2-merges")
     config = weights.parent / "config.json"
     if not config.exists():
-        text = json.dumps({"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024,
-                           "vocab_size": 50257, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new"})  # fmt: skip
+        text = json.dumps(SMALL)
         atomic_write(config, text.encode())
     return weights.parent
 
@@ -345,8 +354,9 @@ class GPT2Trainer(LMTrainer):
 
     def describe(self) -> str:
         c = self.config
-        return (f"{self.name}: {count_parameters(self.net) / 1e6:.2f}M parameters ({c['init']}): {c['layers']} layers, "
-                f"{c['heads']} heads, {c['dim']} dim, block {c['block']}, BPE vocabulary {self.data.vocab_size}")  # fmt: skip
+        size = f"{c['layers']} layers, {c['heads']} heads, {c['dim']} dim, block {c['block']}"
+        return (f"{self.name}: {count_parameters(self.net) / 1e6:.2f}M parameters ({c['init']}): {size}, "
+                f"BPE vocabulary {self.data.vocab_size}")  # fmt: skip
 
 
 def build(config: dict[str, Any], device: str) -> GPT2Trainer:
