@@ -30,6 +30,8 @@ THIRD_PARTY = {
     "requests": "requests",
     "rich": "rich",
     "uniplot": "uniplot",
+    "PIL": "pillow",
+    "tokenizers": "tokenizers",
 }
 
 

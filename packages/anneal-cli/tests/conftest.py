@@ -88,10 +88,12 @@ def adapter() -> object:
 
 @pytest.fixture()
 def offline_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pinned tinyshakespeare and digits in a private cache, used offline (the real fetch verifies them)."""
+    """The pinned tinyshakespeare, digits and GPT-2 vocabulary in a private cache, used offline (the real fetch
+    verifies them)."""
     cache = tmp_path / "cache"
-    for name, file in (("tinyshakespeare", "input.txt"), ("digits", "digits.csv.gz")):
-        (cache / "data" / name).mkdir(parents=True)
+    for name, file in (("tinyshakespeare", "input.txt"), ("digits", "digits.csv.gz"), ("gpt2", "vocab.json"),
+                       ("gpt2", "merges.txt")):  # fmt: skip
+        (cache / "data" / name).mkdir(parents=True, exist_ok=True)
         shutil.copy(shared_data_dir(__file__) / name / file, cache / "data" / name)
     monkeypatch.setenv("ANNEAL_CACHE_DIR", str(cache))
     monkeypatch.setenv("ANNEAL_OFFLINE", "1")

@@ -78,3 +78,21 @@ def test_offline_without_the_weights_names_the_download(cli: AnnealGroup, runner
     monkeypatch.setenv("ANNEAL_OFFLINE", "1")
     result = runner.invoke(cli, ["gpt2", "sample", "hi", "--device", "cpu"])
     assert result.exit_code == 1 and "anneal download gpt2" in result.output
+
+
+def test_fine_tune_run_folder_sample_and_resume(cli: AnnealGroup, runner: CliRunner, tmp_path: Path,
+                                                offline_data: None) -> None:  # fmt: skip
+    """gpt2 through `anneal train` as the other language models: a run folder, `anneal sample gpt2 --checkpoint`,
+    `--resume` (the tiny preset: a random 2-layer GPT-2 in the real layout, GPT-2's BPE on tinyshakespeare)."""
+    run = tmp_path / "run"
+    trained = runner.invoke(cli, ["train", "gpt2", "--preset", "tiny", "--steps", "4", "--device", "cpu", "--plain",
+                                  "--out", str(run)])  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    assert "gpt2: 3.32M parameters (random)" in trained.output and "BPE vocabulary 50257" in trained.output
+    args = ["sample", "gpt2", "--checkpoint", str(run), "--device", "cpu", "--max-tokens", "6", "--prompt", "ROMEO:"]
+    first, again = runner.invoke(cli, args), runner.invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    assert first.stdout == again.stdout and first.stdout.startswith("ROMEO:")
+    resumed = runner.invoke(cli, ["train", "gpt2", "--resume", str(run), "--steps", "6", "--device", "cpu", "--plain"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming" in resumed.output and "step 6/6" in resumed.output
