@@ -23,19 +23,13 @@ import torch
 from anneal_models import dit, generative, images, meanflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anneal-models" / "tests"))
+from timing import time_steps  # noqa: E402 - benchmarks/timing.py, beside this script
 from torch_reference import TorchDiT, torch_meanflow_loss  # noqa: E402 - the tests' oracle of the same net
 
 
 def anneal_steps(module: Any, config: dict[str, Any], device: str, steps: int) -> tuple[float, float]:
-    trainer = module.build(config, device)
-    t0 = time.perf_counter()
-    trainer.step(0)
-    first = time.perf_counter() - t0
-    trainer.step(1)  # the jit's capture
-    t0 = time.perf_counter()
-    for i in range(2, steps + 2):
-        trainer.step(i)
-    return first, (time.perf_counter() - t0) * 1000 / steps
+    first, ms = time_steps(module.build(config, device), steps)
+    return first, ms / steps
 
 
 def torch_steps(kind: str, config: dict[str, Any], device: str, steps: int) -> float:

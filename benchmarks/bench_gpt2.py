@@ -18,6 +18,7 @@ import time
 import numpy as np
 import torch
 import transformers
+from timing import time_steps  # benchmarks/timing.py, beside this script
 
 from anneal_models import gpt2
 
@@ -26,15 +27,8 @@ SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab
 
 def anneal_step(device: str, steps: int) -> tuple[float, float]:
     config = {**gpt2.DEFAULTS, "init": "random", "batch": 4, "block": 1024, "steps": steps + 2, "eval_every": 0}
-    trainer = gpt2.build(config, device)
-    t0 = time.perf_counter()
-    trainer.step(0)
-    first = time.perf_counter() - t0
-    trainer.step(1)
-    t0 = time.perf_counter()
-    for i in range(2, steps + 2):
-        trainer.step(i)
-    return first, (time.perf_counter() - t0) * 1000 / steps
+    first, ms = time_steps(gpt2.build(config, device), steps)
+    return first, ms / steps
 
 
 def torch_step(device: str, steps: int) -> float:

@@ -28,6 +28,7 @@ from anneal_models import classify, images, resnet9
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anneal-models" / "tests"))
 from test_vision_models import TorchResNet9  # noqa: E402 - the tests' torch oracle of the same net
+from timing import time_steps  # noqa: E402 - benchmarks/timing.py, beside this script
 
 EPOCHS_TO_94 = 24  # Page's schedule reaches 94% in 24 epochs
 
@@ -43,15 +44,8 @@ def generated_cifar(n: int, seed: int = 0) -> images.ImageSet:
 
 def anneal_epoch(config: dict, device: str, data: images.ImageSet) -> tuple[float, float, int]:
     trainer = resnet9.build(config, device, data=data)
-    steps = trainer.steps_per_epoch
-    t0 = time.perf_counter()
-    trainer.step(0)
-    first = time.perf_counter() - t0
-    trainer.step(1)  # the jit's capture
-    t0 = time.perf_counter()
-    for i in range(2, steps + 2):
-        trainer.step(i)
-    return first, (time.perf_counter() - t0) * 1000, steps
+    first, ms = time_steps(trainer, trainer.steps_per_epoch)
+    return first, ms, trainer.steps_per_epoch
 
 
 def torch_epoch(config: dict, device: str, data: images.ImageSet) -> tuple[float, int]:
