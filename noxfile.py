@@ -36,7 +36,7 @@ PACKAGES = [
 ]
 TORCH = "torch==2.13.0"  # the CPU wheel; pip finds it through PIP_FIND_LINKS
 TORCH_USERS = {"anneal", "anneal-cpu", "anneal-autodiff", "anneal-schedule", "anneal-models", "anneal-cli"}
-TRANSFORMERS = "transformers==5.24.0"  # GPT-2's oracle (Hugging Face's model, tokenizer and generate)
+TRANSFORMERS = ["transformers==5.24.0", "tiktoken==0.14.0"]  # GPT-2's oracles: Hugging Face's model, tiktoken's BPE
 TRANSFORMERS_USERS = {"anneal-models", "anneal-cli"}
 TEST_TOOLS = ["pytest", "hypothesis"]
 PYTEST_NO_TESTS = 5
@@ -91,7 +91,7 @@ def pytest(session: nox.Session, where: Path, label: str) -> None:
 @nox.parametrize("package", [nox.param(p, id=p, tags=[p]) for p in PACKAGES])
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests, in its directory, with its internal dependencies editable."""
-    oracles = ([TORCH] if package in TORCH_USERS else []) + ([TRANSFORMERS] if package in TRANSFORMERS_USERS else [])
+    oracles = ([TORCH] if package in TORCH_USERS else []) + (TRANSFORMERS if package in TRANSFORMERS_USERS else [])
     install_editable(session, internal_deps(package), *TEST_TOOLS, *oracles)
     pytest(session, ROOT / "packages" / package, package)
 
@@ -99,7 +99,7 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session(python=PYTHONS, tags=["integration"])
 def integration(session: nox.Session) -> None:
     """Cross-package tests (tests/): every package installed, plugin fixtures, dependency rules."""
-    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH, TRANSFORMERS)
+    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH, *TRANSFORMERS)
     pytest(session, ROOT / "tests", "integration")
 
 

@@ -21,6 +21,7 @@ from anneal.nn.state import get_state_dict, load_state_dict
 from anneal.realize import realize_all
 from anneal_models import diffusion, dit, generative, images, meanflow, score
 
+pytestmark = pytest.mark.usefixtures("offline_digits")  # conftest.py: the pinned digits, offline
 TINY = {"dataset": "digits", "patch": 2, "dim": 16, "layers": 2, "heads": 2}
 
 

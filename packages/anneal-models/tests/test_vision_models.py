@@ -8,8 +8,6 @@ pinned digits, served to the real download code by a loopback server.
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +18,6 @@ from torch.nn import functional as tf
 from torch_reference import TorchResNet9
 
 from anneal import Tensor, manual_seed
-from anneal.data.testing import shared_data_dir
 from anneal.nn.state import get_state_dict
 from anneal.realize import realize_all
 from anneal_models import classify, images, resnet9, vit
@@ -28,18 +25,7 @@ from anneal_models import classify, images, resnet9, vit
 RTOL, ATOL = 2e-4, 2e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def offline_digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The pinned digits in a private cache, used offline (the real fetch verifies its sha256)."""
-    cache = tmp_path_factory.mktemp("cache")
-    (cache / "data" / "digits").mkdir(parents=True)
-    shutil.copy(shared_data_dir(__file__) / "digits" / "digits.csv.gz", cache / "data" / "digits")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ANNEAL_CACHE_DIR", str(cache))
-        mp.setenv("ANNEAL_OFFLINE", "1")
-        images.load.cache_clear()
-        yield
-    images.load.cache_clear()
+pytestmark = pytest.mark.usefixtures("offline_digits")  # conftest.py: the pinned digits, offline
 
 
 def config(module: Any, **overrides: Any) -> dict[str, Any]:
