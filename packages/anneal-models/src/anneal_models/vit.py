@@ -35,9 +35,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 # crop: the padding of the random crop (translation). Digits are centred in their 8x8 box: shifting them
 # costs accuracy (89% with 1-pixel shifts against 97% without, in torch, dim 64); dim 128 at lr 1e-3 adds a
-# point on digits (96.5% -> 97.4%, mean of three torch seeds).
+# point on digits (96.5% -> 97.4%, mean of three torch seeds). 20 epochs rather than 30: the shorter cosine
+# schedule ends higher (anneal, seeds 0/1/2: 97.6/98.0/98.0% against 97.0% for seed 0 at 30 epochs).
 RECIPES: dict[str, dict[str, Any]] = {
-    "digits": {"epochs": 30, "batch": 32, "lr": 1e-3, "crop": 0, "dim": 128},
+    "digits": {"epochs": 20, "batch": 32, "lr": 1e-3, "crop": 0, "dim": 128},
     "synthetic10": {"epochs": 10, "batch": 128, "lr": 2e-3, "crop": 4, "dim": 64},
     "cifar10": {"epochs": 50, "batch": 256, "lr": 1e-3, "crop": 4, "dim": 64},
 }
