@@ -116,10 +116,12 @@ def test_no_placeholder_commands(cli: AnnealGroup, runner: CliRunner) -> None:
         "download",
         "eval",
         "explain",
+        "gpt2",
         "graph",
         "kernels",
         "plugins",
         "sample",
+        "score",
         "train",
     }
 
