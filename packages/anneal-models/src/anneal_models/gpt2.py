@@ -19,10 +19,9 @@ tinyshakespeare through the same trainer as the other language models.
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ import numpy as np
 from anneal import Tensor, dtypes, where
 from anneal import random as anneal_random
 from anneal.jit import jit
-from anneal.nn.state import get_state_dict, load_state_dict, safe_load
+from anneal.nn.state import atomic_write, get_state_dict, load_state_dict, safe_load
 from anneal.realize import realize_all
 from anneal_models import datasets
 from anneal_models.bpe import BPE
@@ -180,17 +179,6 @@ def tokenizer(folder: Path | None) -> BPE:
     return BPE(Path(fetch("gpt2-vocab")), Path(fetch("gpt2-merges")))
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # ---------------------------------------------------------------------------- the model
 
 
@@ -329,14 +317,9 @@ def _cached(cache: Path | None, compute: Callable[[], tuple[list[int], list[int]
             return f["train"].astype(np.int64), f["val"].astype(np.int64)
     train, val = (np.asarray(a, np.uint16) for a in compute())
     if cache is not None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{cache.name}.", suffix=".npz", dir=cache.parent)
-        os.close(fd)
-        try:
-            np.savez(tmp, train=train, val=val)
-            os.replace(tmp, cache)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buf = io.BytesIO()
+        np.savez(buf, train=train, val=val)
+        atomic_write(cache, buf.getvalue())
     return train.astype(np.int64), val.astype(np.int64)
 
 

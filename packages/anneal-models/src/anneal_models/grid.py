@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+
+from anneal.nn.state import atomic_write
 
 ZOOM = 4  # pixels per image pixel: an 8x8 digit becomes 32x32
 GAP = 2
@@ -41,14 +41,6 @@ def png(x: np.ndarray, columns: int, rows: Sequence[str] | None = None) -> bytes
 
 
 def write(path: Path, data: bytes) -> None:
-    """Write data to path atomically (a temporary file in the same folder, then a rename)."""
+    """Write a grid to path atomically (anneal.nn.state.atomic_write), making its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a sample grid is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, data)

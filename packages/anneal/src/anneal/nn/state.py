@@ -166,7 +166,9 @@ def _serialize(tensors: dict[str, Any], metadata: dict[str, str] | None) -> byte
     return bytes(safetensors.serialize(legacy, metadata=metadata))  # type: ignore[arg-type]
 
 
-def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write data to path through a temporary file in the same folder, fsync and a rename: a crash leaves the old
+    file or the new one, never half of one."""
     target = os.path.abspath(os.fspath(path))
     folder = os.path.dirname(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
@@ -193,7 +195,7 @@ def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
 
 def safe_save(tensors: dict[str, Any], path: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:
     """Write tensors (anneal Tensors or arrays) to a .safetensors file, atomically."""
-    _atomic_write(path, _serialize(tensors, metadata))  # serialize first: a bad tensor writes nothing
+    atomic_write(path, _serialize(tensors, metadata))  # serialize first: a bad tensor writes nothing
 
 
 def safe_load(path: str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
