@@ -273,9 +273,10 @@ def transformer_step(steps: int = 20, layers: int = 2, heads: int = 4, dim: int 
 
 
 def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, tuple[int, ...]], flops: float,
-            runs: int = 10) -> dict:  # fmt: skip
+            runs: int = 10, do_sweep: bool = False) -> dict:  # fmt: skip
     """Time the jitted forward + backward of build (inputs from shapes, each requiring grad) on anneal and on
-    torch; check the gradients agree (the GPU computed them right)."""
+    torch; check the gradients agree (the GPU computed them right). do_sweep also times every candidate of
+    each kernel of the gradients (the TFLOP/s a third of the case's: each contraction of a layer does a third)."""
     from anneal.jit import jit
 
     rng = np.random.default_rng(0)
@@ -301,7 +302,7 @@ def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, t
     step(g)
     ta = timeit(lambda: step(g), sync, runs=runs)
     tg = gpu_time(lambda: step(g))
-    slowest_kernels(step, lambda: step(g))
+    slowest_kernels(step, lambda: step(g), top=8)
     tins = {k: torch.tensor(v, device=TORCH, requires_grad=True) for k, v in data.items()}
     tup = torch.tensor(upstream, device=TORCH)
 
@@ -317,6 +318,11 @@ def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, t
     scale, unit = (1e12, "TFLOP/s") if flops / ta > 1e12 else (1e9, "GFLOP/s")
     row = report(name, ta, tt, flops / scale, unit, tg=tg)
     row["grads_agree"] = ok
+    if do_sweep:
+        for t in ins.values():
+            t.grad = None
+        build(ins, "anneal").backward(g)  # type: ignore[attr-defined]
+        sweep(name, [t.grad for t in ins.values()], flops / 3 / 1e12, "TFLOP/s", top=8)
     print(f"{'':<34} gradients agree with torch: {ok}")
     return row
 
@@ -333,7 +339,7 @@ def slowest_kernels(jitted: object, call: Callable[[], object], top: int = 3) ->
     kernels = [k for c in cap.calls for k in c.schedule.kernels]
     for t, kern in sorted(zip(times, kernels), key=lambda tk: -tk[0])[:top]:
         ends = [int(r.src[0].vmax) for r in kern.ast.toposort() if r.op.name == "RANGE"]
-        opts = getattr(run.programs[kern.ast.key].kernel, "strategy", "")[:110]
+        opts = getattr(run.programs[kern.ast.key].kernel, "strategy", "")[:160]
         print(f"{'':<34}   {t * 1e3:7.3f} ms {kern.name} ranges {ends}: {opts}")
 
 
@@ -381,8 +387,7 @@ def _conv(relu: bool) -> Callable[[dict, str], object]:
 
 def model_cases(quick: bool) -> list[dict]:
     rows = 4096 if quick else 16384
-    batch = 128 if quick else 512
-    out = [
+    return [
         fwd_bwd("linear+GELU fwd+bwd", _linear_gelu, {"x": (rows, 384), "w": (384, 1536)}, 3 * 2 * rows * 384 * 1536),
         fwd_bwd("matmul fwd+bwd", _matmul, {"x": (rows, 1536), "w": (1536, 384)}, 3 * 2 * rows * 1536 * 384),
         fwd_bwd(
@@ -397,17 +402,24 @@ def model_cases(quick: bool) -> list[dict]:
             {"q": (64, 6, 256, 64), "k": (64, 6, 256, 64), "v": (64, 6, 256, 64)},
             2.5 * 2 * 2 * 64 * 6 * 256 * 256 * 64,
         ),  # fmt: skip
+    ]
+
+
+def conv_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
+    batch = 128 if quick else 512
+    out = [
         fwd_bwd(
             "conv3x3+relu 3->64 fwd+bwd",
             _conv(True),
             {"x": (batch, 3, 32, 32), "w": (64, 3, 3, 3)},
             3 * 2 * batch * 64 * 32 * 32 * 27,
+            do_sweep=do_sweep,
         ),  # fmt: skip
     ]
     for c_in, c_out, size in ((64, 128, 32), (128, 128, 16), (256, 256, 8)):  # ResNet-9's convolutions at batch 512
         out.append(fwd_bwd(f"conv3x3 {c_in}->{c_out} @{size} fwd+bwd", _conv(False),
                            {"x": (batch, c_in, size, size), "w": (c_out, c_in, 3, 3)},
-                           3 * 2 * batch * c_out * size * size * c_in * 9, runs=3))  # fmt: skip
+                           3 * 2 * batch * c_out * size * size * c_in * 9, runs=3, do_sweep=do_sweep))  # fmt: skip
     return out
 
 
@@ -444,9 +456,9 @@ def main() -> None:
     p.add_argument("--peak-gbs", type=float, default=None, help="the GPU's peak memory bandwidth in GB/s")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--torch-device", default="cuda")
-    p.add_argument("--sweep", action="store_true", help="time every candidate strategy of the first three cases")
+    p.add_argument("--sweep", action="store_true", help="time every candidate: matmul, elementwise, softmax, convs")
     p.add_argument("--only", default="",
-                   help="comma-separated cases: matmul,elementwise,softmax,overhead,steps,models")  # fmt: skip
+                   help="comma-separated cases: matmul,elementwise,softmax,overhead,steps,models,convs")  # fmt: skip
     args = p.parse_args()
     global TORCH
     TORCH = args.torch_device
@@ -456,7 +468,7 @@ def main() -> None:
     print(f"anneal webgpu on {backend.adapter.info['device']} ({backend.adapter.info['backend_type']}); "
           f"torch {torch.__version__} on {torch.cuda.get_device_name() if TORCH == 'cuda' else TORCH}")  # fmt: skip
     only = set(args.only.split(",")) if args.only else {"matmul", "elementwise", "softmax", "overhead", "steps",
-                                                          "models"}  # fmt: skip
+                                                          "models", "convs"}  # fmt: skip
     results = []
     if "matmul" in only:
         results.append(matmul(1024 if args.quick else 4096, args.sweep))
@@ -468,6 +480,8 @@ def main() -> None:
         results.append(host_overhead())
     if "models" in only:
         results += model_cases(args.quick)
+    if "convs" in only:
+        results += conv_cases(args.quick, args.sweep)
     if "steps" in only:
         for model in ("mlp", "conv"):
             results.append(training_step(model))

@@ -81,3 +81,33 @@ def test_contraction_over_several_reduce_ranges() -> None:
     ref = np.einsum("btm,btn->mn", a.numpy().astype(np.float64), g.numpy().astype(np.float64))
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
     assert "tile" in strategies()
+
+
+@pytest.mark.parametrize("c_in,c_out,size", [(16, 32, 8), (3, 32, 16)], ids=["small-image", "three-channels"])
+def test_convolution_gradients_are_tiled(c_in: int, c_out: int, size: int) -> None:
+    """A stride-1 convolution's input gradient is a convolution again (its own gradient rule): with a small
+    image's y and x JOINed into a tile's rows it is tiled like the forward, and a 3-channel weight gradient's
+    27 columns get a narrow tile. Forward and both gradients against torch."""
+    import torch
+
+    import anneal.nn.functional as AF
+
+    xa = rng.standard_normal((4, c_in, size, size)).astype(np.float32)
+    wa = rng.standard_normal((c_out, c_in, 3, 3)).astype(np.float32)
+    up = rng.standard_normal((4, c_out, size, size)).astype(np.float32)
+    runner("webgpu").programs.clear()
+    x = Tensor(xa, device="webgpu", requires_grad=True)
+    w = Tensor(wa, device="webgpu", requires_grad=True)
+    y = AF.conv2d(x, w, padding=1)
+    (y * Tensor(up, device="webgpu")).sum().backward()
+    tx, tw = torch.tensor(xa, requires_grad=True), torch.tensor(wa, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+    (ty * torch.tensor(up)).sum().backward()
+    assert x.grad is not None and w.grad is not None and tx.grad is not None and tw.grad is not None
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+    tiles = [p.kernel.strategy for p in runner("webgpu").programs.values() if "STAGE" in p.kernel.strategy]
+    assert len(tiles) >= (3 if c_in >= 16 else 1), tiles  # forward, input and weight gradients
+    if c_in >= 16:
+        assert sum("JOIN" in s for s in tiles) >= 2, tiles  # the forward's and the input gradient's rows

@@ -268,3 +268,19 @@ def test_heuristic_strategies(runner: Runner) -> None:
 class _Fake:
     def __init__(self, size: int):
         self.size = size
+
+
+def test_short_row_ranges_are_joined_into_a_tile(runner: Runner) -> None:
+    """Rows over two short ranges (a small image's y and x: 8 x 8) JOIN into one of 64, so the contraction is
+    tiled; every candidate (JOINed tiles among them) agrees."""
+    a = rng.standard_normal((2, 8, 8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 40)).astype(np.float32)
+    shape = (2, 8, 8, 40, 16)
+    a5 = view(tensor(runner, a), shape, (2, 8, 8, 1, 16))
+    w5 = view(UOp(Ops.PERMUTE, F32, (tensor(runner, w),), (1, 0)), shape, (1, 1, 1, 40, 16))
+    out = UOp(Ops.RESHAPE, F32, (reduce(a5 * w5, Ops.ADD, 4),), (2, 8, 8, 40))
+    seen = check_every_candidate(runner, out, a @ w, rtol=1e-4, atol=1e-4)
+    (kern,) = runner.scheduler.schedule([out])[0].kernels
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    assert kind_of(opts) == "tile" and "tile/vec4" in seen
+    assert any(o.op is OptOps.JOIN for o in opts), opts

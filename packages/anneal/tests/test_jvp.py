@@ -161,6 +161,7 @@ def test_every_jvp_rule_is_exercised() -> None:
                Ops.SHRINK,
                Ops.FLIP, Ops.CONTIGUOUS, Ops.REDUCE_AXIS, Ops.REALIZED}  # fmt: skip
     covered.add(Ops.COPY)  # test_to_device.py: test_jvp_through_a_copy_between_devices
+    covered.add(Ops.CUSTOM_VJP)  # the conv2d case: a stride-1 convolution carries its own gradient rule
     # integer/bitwise ops and the other comparisons share zero_jvp with CMPLT/TRUNC/DETACH above
     zero_like = {
         Ops.CMPNE,

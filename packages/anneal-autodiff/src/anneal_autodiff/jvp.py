@@ -97,6 +97,10 @@ def reduce_jvp(ctx: Tangents, ret: UOp) -> UOp:
     return UOp(Ops.REDUCE_AXIS, t.dtype, (mul(t, max_mask(src, ret)),), (Ops.ADD, ret.arg[1]))
 
 
+def value_jvp(ctx: Tangents, ret: UOp) -> UOp | None:
+    return ctx[0]  # a composite with its own reverse rule: forward mode runs through the graph of its value
+
+
 def realized_jvp(ctx: Tangents, ret: UOp) -> UOp | None:
     return ctx[1]  # the tangent of the graph that computed the value
 
@@ -119,6 +123,7 @@ jvp_rules = PatternMatcher([
     (UPat((Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS, Ops.COPY),
           name="ret"), same_op_jvp),
     (UPat(Ops.REALIZED, name="ret"), realized_jvp),
+    (UPat(Ops.CUSTOM_VJP, name="ret"), value_jvp),
     (UPat(Ops.REDUCE_AXIS, name="ret"), reduce_jvp),
 ], name="jvp")  # fmt: skip
 

@@ -139,6 +139,11 @@ def detach_vjp(ctx: UOp, ret: UOp) -> Grads:
     return (None,)
 
 
+def custom_vjp(ctx: UOp, ret: UOp) -> Grads:
+    """A composite with its own rule: the primals' gradients from it, none through the graph of its value."""
+    return None, *ret.arg.vjp(ctx, ret.src[1:])
+
+
 def realized_vjp(ctx: UOp, ret: UOp) -> Grads:
     return None, ctx  # the buffer holds the value; the graph that computed it carries the gradient
 
@@ -173,6 +178,7 @@ vjp_rules = PatternMatcher([
     (UPat(Ops.REDUCE_AXIS, name="ret"), reduce_vjp),
     (UPat(Ops.CONTIGUOUS, name="ret"), identity_vjp),
     (UPat(Ops.DETACH, name="ret"), detach_vjp),
+    (UPat(Ops.CUSTOM_VJP, name="ret"), custom_vjp),
     (UPat(Ops.REALIZED, name="ret"), realized_vjp),
     (UPat(Ops.COPY, name="ret"), copy_vjp),
 ], name="vjp")  # fmt: skip

@@ -48,6 +48,7 @@ class Ops(Enum):
     REDUCE_AXIS = auto()  # arg: (Ops.ADD | Ops.MAX, axes); keeps reduced dims as 1
     CONTIGUOUS = auto()  # a realize point asked for by the user
     DETACH = auto()  # stops gradients; a no-op for the scheduler
+    CUSTOM_VJP = auto()  # src: (value, *primals); arg: the rule giving the primals' gradients; evaluates to value
     ASSIGN = auto()  # src: (target BUFFER view, value): write value into an existing buffer
     # -- tensor-level, resolved before scheduling (anneal.realize): the scheduler never sees them --
     REALIZED = auto()  # src: (buffer view, graph): a value computed earlier, kept with the graph that made it

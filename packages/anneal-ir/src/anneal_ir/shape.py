@@ -60,6 +60,7 @@ _RULES = {
     Ops.REDUCE_AXIS: _reduce,
     Ops.CONTIGUOUS: _same_as_first,
     Ops.DETACH: _same_as_first,
+    Ops.CUSTOM_VJP: _same_as_first,
     Ops.ASSIGN: _same_as_first,
     Ops.REALIZED: _same_as_first,
     Ops.COPY: _same_as_first,

@@ -142,10 +142,11 @@ def _contiguous_along(operand: UOp, r: UOp) -> bool:
 
 
 def _tile_depth(k: UOp, tk: int) -> int:
-    """The k step of a tile: tk, or a smaller multiple of 4 dividing k's extent (no ragged last step)."""
+    """The k step of a tile: tk, or a smaller multiple of 4 dividing k's extent (no ragged last step), leaving at
+    least two steps (a k of exactly tk would be unrolled whole, leaving no loop for INNER to split)."""
     e = extent(k)
     for d in (tk, tk // 2, tk // 4):
-        if d >= 4 and e % d == 0:
+        if d >= 4 and e % d == 0 and e // d >= 2:
             return d
     return min(tk, e)
 
@@ -184,23 +185,58 @@ def tile_opts(c: Contraction, limits: Limits, tm: int, tn: int, tk: int, rm: int
     return tuple(opts)
 
 
-def contraction_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...] | None:
-    deps = ranges_of(ast)
-    c = find_contraction(ast, deps)
+TILE_ROWS = 64  # a tile's rows (or columns) that a short output range is joined with its neighbours to reach
+
+
+def join_opts(c: Contraction) -> tuple[Opt, ...]:
+    """JOIN a short innermost row (column) range with the ranges outside it, adjacent in the output, until a
+    tile's worth: a 16x16 image's y and x become 256 rows of one tile, where x alone leaves a tile a quarter full."""
+    opts: list[Opt] = []
+    for ranges in (c.m, c.n):
+        ids = [(r.arg[0], const_extent(r)) for r in ranges]
+        while len(ids) > 1 and ids[-1][1] is not None and ids[-2][1] is not None and ids[-1][1] < TILE_ROWS \
+                and ids[-2][0] == ids[-1][0] - 1:  # fmt: skip
+            (outer, eo), (inner, ei) = ids[-2], ids[-1]
+            opts.append(Opt(OptOps.JOIN, outer, inner))
+            ids[-2:] = [(outer, eo * ei)]
+    return tuple(opts)
+
+
+def joined_contraction(ast: UOp) -> tuple[tuple[Opt, ...], Contraction] | None:
+    """The kernel's contraction after join_opts: the JOINs, and the contraction the tiles are made for."""
+    c = find_contraction(ast, ranges_of(ast))
     if c is None:
         return None
+    joins = join_opts(c)
+    if not joins:
+        return joins, c
+    joined = apply_opts(ast, joins)
+    c2 = find_contraction(joined, ranges_of(joined))
+    return (joins, c2) if c2 is not None else ((), c)
+
+
+def contraction_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...] | None:
+    found_c = joined_contraction(ast)
+    if found_c is None:
+        return None
+    joins, c = found_c
     m, n = c.m[-1], c.n[-1]
     k_size = math.prod(extent(r) for r in c.k)
-    if extent(m) < 32 or extent(n) < 32 or k_size < 16 or any(const_extent(r) is None for r in (m, n)):
+    if min(extent(m), extent(n)) < 16 or k_size < 16 or any(const_extent(r) is None for r in (m, n)):
         return None
-    outputs = math.prod(extent(r) for r in global_ranges(deps))
+    outputs = math.prod(extent(r) for r in global_ranges(ranges_of(ast)))
     big = extent(m) >= 128 and extent(n) >= 128 and outputs >= (1 << 20)
-    # on an H200 (4096^3) 64x128x32 with an 8x4 vec4 register tile was the fastest of 111 candidates (RESULTS.md)
-    for tm, tn, tk, rm, rn in ((64, 128, 32, 8, 4), (64, 64, 16, 4, 4)) if big else ((64, 64, 16, 4, 4),
-                                                                                   (32, 64, 16, 4, 4)):  # fmt: skip
+    # on an H200 (4096^3) 64x128x32 with an 8x4 vec4 register tile was the fastest of 111 candidates (RESULTS.md);
+    # 32-wide tiles for narrow operands (the 27 columns of a 3-channel convolution's weight gradient)
+    tiles = (
+        ((64, 128, 32, 8, 4), (64, 64, 16, 4, 4))
+        if big
+        else ((64, 64, 16, 4, 4), (32, 64, 16, 4, 4), (64, 32, 16, 4, 4), (32, 32, 16, 4, 4))
+    )
+    for tm, tn, tk, rm, rn in tiles:
         found = tile_opts(c, limits, tm, tn, tk, rm, rn)
-        if found is not None and _applies(ast, found):
-            return found
+        if found is not None and _applies(ast, joins + found):
+            return joins + found
     return None
 
 
@@ -248,8 +284,9 @@ def candidate_opts(ast: UOp, limits: Limits) -> list[tuple[Opt, ...]]:
                     if found is not None:
                         out.append(found)
         return _unique([o for o in out if _applies(ast, o)])
-    c = find_contraction(ast, deps)
-    if c is not None and any(o.op is OptOps.STAGE for o in first):
+    found_c = joined_contraction(ast)
+    if found_c is not None and any(o.op is OptOps.STAGE for o in first):
+        joins, c = found_c
         for tm, tn in ((64, 64), (128, 128), (128, 64), (64, 128), (32, 64)):
             for tk in (8, 16, 32):
                 for rm, rn in ((4, 4), (8, 8), (8, 4), (4, 8)):
@@ -258,7 +295,7 @@ def candidate_opts(ast: UOp, limits: Limits) -> list[tuple[Opt, ...]]:
                     for vec in (True, False):
                         found = tile_opts(c, limits, tm, tn, tk, rm, rn, vec)
                         if found is not None:
-                            out.append(found)
+                            out.append(joins + found)
     if any(n.op is Ops.REDUCE for n in deps):
         out += [group_opts(ast, n) for n in locals_ if limits.max_shared_memory >= n * 4]
     out += [flat_opts(ast, limits, n, vec) for vec in (True, False) for n in locals_]

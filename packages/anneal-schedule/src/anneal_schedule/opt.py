@@ -19,6 +19,8 @@ UNROLL     reduce        is unrolled inside the reduction's loop
 GROUP      reduce        is shared among the workgroup's invocations, combined in workgroup memory
 LOOP       global        (no split) the whole range is iterated inside each invocation
 MERGE      all globals   (no split) they become one range, the flat index (axis: unused)
+JOIN       two globals   (no split) range ``axis`` and range ``amount`` (its inner neighbour) become one
+                         range with axis's id: a tile's rows may span both (a small image's y and x)
 STAGE      --            the contraction's operand ``axis`` (0: a, 1: b) is computed once per
                          element of its tile into workgroup memory, then read from there
 INNER      unroll        (of reduce range ``axis``) the outer part becomes a loop inside the staged
@@ -52,6 +54,7 @@ class OptOps(Enum):
     GROUP = auto()
     LOOP = auto()
     MERGE = auto()
+    JOIN = auto()
     STAGE = auto()
     INNER = auto()
 
@@ -60,7 +63,7 @@ class OptOps(Enum):
 class Opt:
     op: OptOps
     axis: int = 0  # the range's id (STAGE: the operand, 0 or 1; MERGE: unused)
-    amount: int = 0
+    amount: int = 0  # the split's size (JOIN: the inner range's id)
 
     def __repr__(self) -> str:
         return f"{self.op.name}({self.axis}{f', {self.amount}' if self.amount else ''})"
@@ -203,6 +206,18 @@ def _merge(ast: UOp) -> UOp:
     return substitute(ast, mapping)
 
 
+def _join(ast: UOp, opt: Opt) -> UOp:
+    """Global ranges a (outer) and b (inner) become one range j of extent E_a * E_b: a = j // E_b, b = j % E_b."""
+    a, b = _find(ast, opt.axis), _find(ast, opt.amount)
+    if a is b or kind(a) != "global" or kind(b) != "global":
+        raise OptError(f"{opt!r}: JOIN takes two different global ranges")
+    ea, eb = const_extent(a), const_extent(b)
+    if ea is None or eb is None:
+        raise OptError(f"{opt!r}: JOIN needs constant extents")
+    joined = make_range(ea * eb, a.arg[0], "global", a.arg[0], 1)
+    return substitute(ast, {a: joined // eb, b: joined % eb})
+
+
 def _stage(ast: UOp, opt: Opt) -> UOp:
     """Replace operand opt.axis of the kernel's contraction by a read of its tile in workgroup memory.
 
@@ -274,6 +289,8 @@ def apply_opt(ast: UOp, opt: Opt, simplify: bool = True) -> UOp:
         out = _loop(ast, opt)
     elif opt.op is OptOps.MERGE:
         out = _merge(ast)
+    elif opt.op is OptOps.JOIN:
+        out = _join(ast, opt)
     elif opt.op is OptOps.STAGE:
         out = _stage(ast, opt)
     elif opt.op is OptOps.INNER:

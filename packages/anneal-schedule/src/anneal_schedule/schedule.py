@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anneal_ir import DType, GroupOp, Ops, UOp, dtypes, graph_rewrite
+from anneal_ir import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 from anneal_ir.sint import record_bind, render_size, sint, variables
 from anneal_schedule.analysis import fusable_reductions
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
@@ -72,11 +72,21 @@ def normalize(outputs: list[UOp]) -> tuple[UOp, list[Any]]:
     return sink, buffers
 
 
+def _value_of(x: UOp) -> UOp:
+    return x.src[0]
+
+
+_values_only = PatternMatcher([(UPat(Ops.CUSTOM_VJP, name="x"), _value_of)], "values_only")
+
+
 def normalize_bound(outputs: list[UOp]) -> tuple[UOp, list[Any], dict[str, int]]:
     """normalize, and also replace every BIND with its Variable: the schedule of a symbolic
     graph is the same for every value. Returns the values bound, by Variable name."""
     sink = UOp(Ops.SINK, dtypes.void, tuple(outputs))
     nodes = sink.toposort()
+    if any(n.op is Ops.CUSTOM_VJP for n in nodes):  # a gradient rule matters to autodiff only
+        sink = graph_rewrite(sink, _values_only, name="values_only")
+        nodes = sink.toposort()
     symbolic_size = {n.src[0]: n.size for n in nodes
                      if n.op is Ops.RESHAPE and n.src[0].op is Ops.BUFFER and not isinstance(n.size, int)}  # fmt: skip
     buffers: list[Any] = []

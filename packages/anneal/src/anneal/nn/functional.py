@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from anneal import random as _random
+from anneal.composite import with_gradient
 from anneal.tensor import Tensor, cat, where
 from anneal.tensor import one_hot as _one_hot
 from anneal_ir import DType, dtypes
@@ -133,7 +134,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1,  # noqa: A002
            padding: IntOrPair | str = 0, dilation: IntOrPair = 1, groups: int = 1) -> Tensor:  # fmt: skip
-    """2-d cross-correlation as im2col: the (padded) input's windows are a view, then one matmul."""
+    """2-d cross-correlation as im2col: the (padded) input's windows are a view, then one matmul (stride 1 and
+    dilation 1 with their own gradient rule: the input gradient is a convolution, see _conv2d_unit)."""
     if input.ndim not in (3, 4):
         raise ValueError(f"conv2d: expected a 3-d or 4-d input, got shape {input.shape}")
     if weight.ndim != 4:
@@ -157,17 +159,51 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: In
             raise ValueError(f"conv2d: invalid padding string {padding!r}, expected 'valid' or 'same'")
     else:
         pads = [(v, v) for v in _ntuple(padding, 2, "conv2d")]
-    x = x._pad([(0, 0), (0, 0), *pads])
-    win = _windows(x, (kh, kw), s, d)  # (n, c, oh, ow, kh, kw)
+    if s == (1, 1) and d == (1, 1) and all(0 <= p <= k - 1 for (a, b), k in zip(pads, (kh, kw)) for p in (a, b)):
+        out = _conv2d_unit(x, weight, tuple(pads), groups)
+    else:
+        out = _im2col(x, weight, pads, s, d, groups)
+    if bias is not None:
+        out = out + bias.reshape(1, o, 1, 1)
+    return out.squeeze(0) if input.ndim == 3 else out
+
+
+def _im2col(x: Tensor, weight: Tensor, pads: Sequence[tuple[int, int]], s: Sequence[int], d: Sequence[int],
+            groups: int) -> Tensor:  # fmt: skip
+    """The convolution of a 4-d x: its padded windows are a view, then one matmul."""
+    n = x.shape[0]
+    o, cg, kh, kw = weight.shape
+    win = _windows(x._pad([(0, 0), (0, 0), *pads]), (kh, kw), s, d)  # (n, c, oh, ow, kh, kw)
     oh, ow = win.shape[2], win.shape[3]
     g, og, kk = groups, o // groups, cg * kh * kw
     cols = win.reshape(n, g, cg, oh, ow, kh, kw).permute(0, 1, 3, 4, 2, 5, 6).reshape(n, g, oh * ow, kk)
     w = weight.reshape(g, og, kk).transpose(1, 2)  # (g, kk, og)
     out = cols.matmul(w)  # (n, g, oh*ow, og): the one matmul
-    out = out.permute(0, 1, 3, 2).reshape(n, o, oh, ow)
-    if bias is not None:
-        out = out + bias.reshape(1, o, 1, 1)
-    return out.squeeze(0) if input.ndim == 3 else out
+    return out.permute(0, 1, 3, 2).reshape(n, o, oh, ow)
+
+
+def _conv2d_unit(x: Tensor, weight: Tensor, pads: tuple[tuple[int, int], ...], groups: int) -> Tensor:
+    """A stride-1, dilation-1 convolution, differentiated as PyTorch does: its input gradient is a convolution of
+    the output gradient with the flipped kernel (a contraction the GPU tiles), not a scatter through the windows."""
+    out = _im2col(x, weight, pads, (1, 1), (1, 1), groups)
+    return with_gradient(out, (x, weight), _conv2d_unit_gradient, pads=pads, groups=groups)
+
+
+def _conv2d_unit_gradient(grad: Tensor, x: Tensor, weight: Tensor, *, pads: tuple[tuple[int, int], ...],
+                          groups: int) -> tuple[Tensor, Tensor]:  # fmt: skip
+    n = x.shape[0]
+    o, cg, kh, kw = weight.shape
+    g, og = groups, o // groups
+    oh, ow = grad.shape[2], grad.shape[3]
+    # input: the full correlation of grad with the kernel flipped, in and out channels swapped in each group
+    flipped = weight.reshape(g, og, cg, kh, kw).transpose(1, 2).reshape(g * cg, og, kh, kw).flip(2, 3)
+    back = tuple((k - 1 - a, k - 1 - b) for (a, b), k in zip(pads, (kh, kw)))
+    dx = _conv2d_unit(grad, flipped, back, g)
+    # weight: grad against the windows of the padded input, summed over the batch and the positions
+    win = _windows(x._pad([(0, 0), (0, 0), *pads]), (kh, kw), (1, 1), (1, 1))  # (n, c, oh, ow, kh, kw)
+    cols = win.reshape(n, g, cg, oh * ow, kh * kw).permute(1, 0, 3, 2, 4).reshape(g, n * oh * ow, cg * kh * kw)
+    dy = grad.reshape(n, g, og, oh * ow).permute(1, 2, 0, 3).reshape(g, og, n * oh * ow)
+    return dx, dy.matmul(cols).reshape(o, cg, kh, kw)
 
 
 # ---- pooling ----
