@@ -42,10 +42,33 @@ def generated_cifar(n: int, seed: int = 0) -> images.ImageSet:
     return images.ImageSet("cifar10-shaped", x, y, xt, yt, images.CIFAR_CLASSES, flips=True)
 
 
-def anneal_epoch(config: dict, device: str, data: images.ImageSet) -> tuple[float, float, int]:
+def anneal_epoch(config: dict, device: str, data: images.ImageSet, profile: bool = False) -> tuple[float, float, int]:
     trainer = resnet9.build(config, device, data=data)
     first, ms = time_steps(trainer, trainer.steps_per_epoch)
+    if profile:
+        slowest_kernels(trainer, device, trainer.steps_per_epoch + 2)
     return first, ms, trainer.steps_per_epoch
+
+
+def slowest_kernels(trainer: object, device: str, step: int, top: int = 12) -> None:
+    """One jit-replayed step's GPU time (timestamp queries) against its wall time, and its slowest kernels."""
+    from anneal.realize import runner
+
+    run = runner(device)
+    backend = run.backend
+    kernels = [k for call in trainer.jit.captured.calls for k in call.schedule.kernels]  # type: ignore[attr-defined]
+    if not getattr(backend, "start_timing", None) or not backend.start_timing():
+        print("profile: the device has no timestamp queries")
+        return
+    t0 = time.perf_counter()
+    trainer.step(step)  # type: ignore[attr-defined]
+    wall = time.perf_counter() - t0
+    times = backend.stop_timing()
+    print(f"profile: one step {wall * 1e3:.1f} ms wall, {sum(times) * 1e3:.1f} ms of GPU time in {len(times)} kernels")
+    for t, kern in sorted(zip(times, kernels), key=lambda tk: -tk[0])[:top]:
+        ends = [int(r.src[0].vmax) for r in kern.ast.toposort() if r.op.name == "RANGE"]
+        opts = getattr(run.programs[kern.ast.key].kernel, "strategy", "")[:120]
+        print(f"  {t * 1e3:7.3f} ms {kern.name} ranges {ends}: {opts}")
 
 
 def torch_epoch(config: dict, device: str, data: images.ImageSet) -> tuple[float, int]:
@@ -83,6 +106,7 @@ def main() -> None:
     p.add_argument("--torch-device", default="cuda")
     p.add_argument("--images", type=int, default=50_000)
     p.add_argument("--width", type=int, default=64)
+    p.add_argument("--profile", action="store_true", help="one step's GPU time and slowest kernels (timestamps)")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -95,7 +119,7 @@ def main() -> None:
     t_torch, steps = torch_epoch(config, args.torch_device, data)
     print(f"torch {args.torch_device}: {t_torch:.0f} ms/epoch ({steps} steps, {t_torch / steps:.1f} ms/step)",
           flush=True)  # fmt: skip
-    first, t_anneal, steps = anneal_epoch(config, args.device, data)
+    first, t_anneal, steps = anneal_epoch(config, args.device, data, args.profile)
     print(f"anneal {args.device}: first step {first:.2f} s; {t_anneal:.0f} ms/epoch ({t_anneal / steps:.1f} ms/step)")
     print(f"ratio anneal/torch: {t_anneal / t_torch:.2f}x")
     print(f"projected time to 94% ({EPOCHS_TO_94} epochs): anneal {EPOCHS_TO_94 * t_anneal / 1000:.1f} s, torch "
