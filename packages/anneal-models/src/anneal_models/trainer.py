@@ -16,10 +16,10 @@ batch function draws from a seeded generator sees the same data as an uninterrup
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 import numpy as np
 
@@ -27,7 +27,8 @@ from anneal import Tensor, dtypes
 from anneal import random as anneal_random
 from anneal.jit import jit
 from anneal.nn.state import get_state_dict, load_state_dict
-from anneal.optim import LRScheduler, Optimizer
+from anneal.optim import LRScheduler, Optimizer, realize_all
+from anneal.realize import as_buffer
 
 Batch = tuple[np.ndarray, np.ndarray]
 HOST = "cpu"  # where the checkpoint's scalars (step counts, hyperparameters) live: any device can read them
@@ -39,6 +40,33 @@ class StepGraph:
 
     forward: list[Tensor]
     backward: list[Tensor]
+
+
+def shard(n: int, rank: int, size: int) -> slice:
+    """Rank's contiguous part of a global batch of n: the first n % size ranks take one more sample, so the
+    parts tile the batch in rank order whatever the rank count (--resume on another count sees the same data)."""
+    if not 0 <= rank < size:
+        raise ValueError(f"rank {rank} is not in a world of {size}")
+    if n < size:
+        raise ValueError(f"a batch of {n} cannot be split over {size} ranks (each rank needs a sample)")
+    base, extra = divmod(n, size)
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (1 if rank < extra else 0))
+
+
+class GradientReducer(Protocol):
+    """The communication data-parallel training needs (anneal_cli.distributed implements it on MPI).
+
+    rank and size say which part of each global batch this process takes (shard()). average() receives the
+    realized gradients of this rank's shard and its step outputs (losses), each a mean over the shard, and the
+    shard's share of the global batch; it returns the gradients and outputs weighted-summed over every rank
+    (the global means), the gradients as flat float32 arrays in the order given."""
+
+    rank: int
+    size: int
+
+    def average(self, grads: Sequence[Tensor], values: Sequence[Tensor], weight: float) -> tuple[
+        list[np.ndarray], list[float]]: ...  # fmt: skip
 
 
 def _scalar(value: Any) -> Tensor | None:
@@ -72,6 +100,10 @@ class SupervisedTrainer:
     # A resumed trainer calls batch(i) for the steps already done, so that a batch function drawing from one
     # seeded generator continues where it stopped; a subclass whose batch(i) depends on i alone sets False.
     replay_batches_on_load = True
+    # The class that defines the effective _train_step sets this when that step is exactly zero_grad,
+    # _outputs, backward, _before_update, optimizer.step: data-parallel training then runs those parts apart,
+    # around the gradient exchange. A subclass with a step of its own is not split (data_parallel() refuses).
+    step_in_parts = True
 
     def __init__(
         self,
@@ -97,6 +129,7 @@ class SupervisedTrainer:
         self.last_loss: float | None = None
         self.steps_done = 0
         self._peeked: Batch | None = None  # a batch drawn by graph(), used by the next step
+        self._reducer: GradientReducer | None = None  # data-parallel: set by data_parallel()
 
     # ---- batches ----
     def _next_batch(self, i: int) -> Batch:
@@ -119,15 +152,88 @@ class SupervisedTrainer:
         return self._as_tensors(self._next_batch(i))
 
     # ---- the step ----
+    def _outputs(self, x: Tensor, y: Tensor) -> list[Tensor]:
+        """The step's forward outputs: the loss to minimize first, then anything else the step reports."""
+        return [self.loss(self.model(x), y)]
+
+    def _before_update(self) -> None:
+        """Runs once the gradients are complete (averaged over ranks, when data-parallel), before the update:
+        where a trainer clips them."""
+
     def _train_step(self, x: Tensor, y: Tensor) -> Tensor:
         self.optimizer.zero_grad()
-        loss = self.loss(self.model(x), y)
+        loss = self._outputs(x, y)[0]
         loss.backward()
+        self._before_update()
         self.optimizer.step()  # computes the loss too, in the same schedule, before the update
         return loss
 
+    # ---- data-parallel: the step split around the gradient exchange ----
+    def parallel_problem(self) -> str | None:
+        """Why this trainer cannot train data-parallel, or None when it can."""
+        owner = next(c for c in type(self).__mro__ if "_train_step" in vars(c))
+        if not vars(owner).get("step_in_parts", False):
+            return f"{type(self).__name__} has a training step of its own, which is not split around a gradient exchange"
+        params = {id(p) for p in self.params}
+        buffers = sorted(k for k, t in get_state_dict(self.model).items() if id(t) not in params)
+        if buffers:  # BatchNorm's running statistics: each rank would update them from its own shard
+            return f"its module has buffers each rank would update from its own shard ({', '.join(buffers[:3])})"
+        return None
+
+    def data_parallel(self, reducer: GradientReducer) -> None:
+        """Train as one rank of reducer.size: each step takes this rank's shard of the global batch, computes
+        its gradients (one jitted graph), has the reducer average them over the ranks, and applies the averaged
+        gradients (a second jitted graph: clipping and the optimizer). Call before the first step."""
+        problem = self.parallel_problem()
+        if problem is not None:
+            raise ValueError(f"cannot train data-parallel: {problem}")
+        self._reducer = reducer
+        self._grad_step = jit(self._gradients)
+        self._apply_step = jit(self._apply)
+        self._grad_inputs: list[Tensor] | None = None
+
+    def _gradients(self, x: Tensor, y: Tensor) -> list[Tensor]:
+        self.optimizer.zero_grad()
+        outs = self._outputs(x, y)
+        outs[0].backward()
+        missing = [i for i, p in enumerate(self.params) if p.grad is None]
+        if missing:
+            raise RuntimeError(f"data-parallel: parameters {missing} get no gradient from the loss")
+        grads = [p.grad for p in self.params if p.grad is not None]
+        realize_all([*outs, *grads])
+        return [*outs, *grads]
+
+    def _apply(self, *grads: Tensor) -> None:
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        self._before_update()
+        self.optimizer.step()
+
+    def _parallel_step(self, batch: Batch) -> list[float]:
+        """One data-parallel step on the global batch; returns the step's outputs averaged over every rank."""
+        reducer = self._reducer
+        assert reducer is not None
+        x, y = batch
+        part = shard(len(x), reducer.rank, reducer.size)
+        out = self._grad_step(*self._as_tensors((x[part], y[part])))
+        k = len(out) - len(self.params)
+        averaged, values = reducer.average(out[k:], out[:k], (part.stop - part.start) / len(x))
+        if self._grad_inputs is None:  # one float32 buffer per gradient, written in place every step (jit arguments)
+            self._grad_inputs = [Tensor(a.reshape(p.shape), dtype=dtypes.float32, device=self.device).realize()
+                                 for a, p in zip(averaged, self.params)]  # fmt: skip
+        else:
+            for t, a in zip(self._grad_inputs, averaged):
+                buf = as_buffer(t.uop)
+                assert buf is not None
+                buf.copy_in(a)
+        self._apply_step(*self._grad_inputs)
+        return values
+
     def step(self, i: int) -> float:
-        value = float(self._step(*self._tensors(i)).item())
+        if self._reducer is not None:
+            value = self._parallel_step(self._next_batch(i))[0]
+        else:
+            value = float(self._step(*self._tensors(i)).item())
         self.steps_done += 1
         if self.schedule is not None:
             self.schedule.step()  # writes the next lr into its buffer: a jit replay reads it
@@ -171,7 +277,7 @@ class SupervisedTrainer:
 
     @property
     def jit(self) -> Any:
-        return self._step
+        return self._grad_step if self._reducer is not None else self._step
 
     # ---- checkpoints ----
     def state_dict(self) -> dict[str, Tensor]:

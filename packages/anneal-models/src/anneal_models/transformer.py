@@ -248,15 +248,23 @@ class LMTrainer(SupervisedTrainer):
         return self.lr_at(self.steps_done)
 
     # ---- the step ----
-    def _train_step(self, x: Tensor, y: Tensor) -> list[Tensor]:  # type: ignore[override]
-        self.optimizer.zero_grad()
+    step_in_parts = True  # _train_step below is the base's parts (data-parallel training splits it)
+
+    def _outputs(self, x: Tensor, y: Tensor) -> list[Tensor]:
         loss, parts = self.net.loss(x, y)
-        loss.backward()
+        self.part_names = list(parts)
+        return [loss, *parts.values()]
+
+    def _before_update(self) -> None:
         clip = float(self.config["grad_clip"])
         if clip > 0:
             clip_grad_norm_(self.params, clip)
-        self.part_names = list(parts)
-        outs = [loss, *parts.values()]
+
+    def _train_step(self, x: Tensor, y: Tensor) -> list[Tensor]:  # type: ignore[override]
+        self.optimizer.zero_grad()
+        outs = self._outputs(x, y)
+        outs[0].backward()
+        self._before_update()
         self.optimizer.step()  # computes the outputs too, in the same schedule, before the update
         return outs
 
@@ -265,8 +273,10 @@ class LMTrainer(SupervisedTrainer):
         for g in self.optimizer.param_groups:
             g["lr"] = self.lr_at(i)
         self.optimizer.sync_lr()  # into the lr buffers, which a jit replay reads (it runs no optimizer code)
-        outs = self._step(*self._device_batch(i))
-        values = [float(o.item()) for o in outs]
+        if self._reducer is not None:
+            values = self._parallel_step(self._batch(i))
+        else:
+            values = [float(o.item()) for o in self._step(*self._device_batch(i))]
         self.parts = dict(zip(self.part_names, values[1:]))
         value = self.parts.get("lm", values[0])
         if self.first_loss is None:
