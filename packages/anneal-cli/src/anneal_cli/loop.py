@@ -51,6 +51,7 @@ class StepLog:
     lr: float | None
     ms_per_step: float
     note: str | None = None  # the trainer's eval_note() on steps where it was evaluated
+    comm_ms: float | None = None  # data-parallel: the last step's ms in the gradient exchange
 
 
 def default_log_every(steps: int) -> int:
@@ -80,6 +81,7 @@ def run(
     eval_every: int | None = None,
     observers: Sequence[Any] = (),
     checkpoint: Callable[[int], None] | None = None,
+    comm_ms: Callable[[], float] | None = None,
 ) -> list[StepLog]:
     """Run steps ``start`` .. ``steps - 1``; emit a record every ``log_every`` steps, every evaluation and after
     the last step. With ``eval_every``, evaluate (when the trainer can) every that many steps and after the last;
@@ -111,7 +113,8 @@ def run(
                     _notify(observers, "after_eval", done, val)
                 note = eval_note() if callable(eval_note) else None
             rate = float(current_lr()) if callable(current_lr) else lr
-            record = StepLog(done, steps, loss, val, rate, (now - t0) * 1000.0 / since, note)
+            record = StepLog(done, steps, loss, val, rate, (now - t0) * 1000.0 / since, note,
+                             comm_ms() if comm_ms is not None else None)  # fmt: skip
             logs.append(record)
             emit(record)
             _notify(observers, "logged", record)
@@ -131,11 +134,13 @@ def plain_line(record: StepLog) -> str:
     if record.lr is not None:
         parts.append(f"lr {record.lr:.1e}")
     parts.append(f"{record.ms_per_step:.1f} ms/step")
+    if record.comm_ms is not None:
+        parts.append(f"comm {record.comm_ms:.1f} ms")
     if record.note:
         parts.append(record.note)
     return "  ".join(parts)
 
 
 def json_line(record: StepLog) -> str:
-    data: dict[str, Any] = {k: v for k, v in asdict(record).items() if k != "note" or v is not None}
+    data: dict[str, Any] = {k: v for k, v in asdict(record).items() if k not in ("note", "comm_ms") or v is not None}
     return json.dumps(data)

@@ -1,7 +1,9 @@
 """Run folders: what `anneal train --out DIR` writes and `--resume DIR` reads.
 
     DIR/config.json              {"format", "model", "device", "config", "trainer_config"}
-    DIR/loss.csv                 step,loss[,val] — every step's training loss, val where evaluated
+    DIR/loss.csv                 step,loss[,val][,ranks,comm_ms] — every step's training loss, val where evaluated;
+                                 data-parallel steps add the rank count and the ms in the gradient exchange
+    DIR/ranks.json               data-parallel: every rank's state sha256 at the last checkpoint (all equal)
     DIR/checkpoint.safetensors   the trainer's state_dict(); metadata: model, step, sha256 of the tensors
     DIR/summary.txt              what the trainer's finish() printed (the final report, a text sample)
     DIR/summary.json             a classifier's report(): test accuracy, per class, by epoch
@@ -23,7 +25,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ import numpy as np
 from anneal_cli.errors import CommandError, one_line
 
 CONFIG, LOSSES, CHECKPOINT, SUMMARY = "config.json", "loss.csv", "checkpoint.safetensors", "summary.txt"
-SUMMARY_JSON = "summary.json"
+SUMMARY_JSON, RANKS = "summary.json", "ranks.json"
 FORMAT = 1
 
 
@@ -43,6 +45,8 @@ class Row:
     step: int
     loss: float
     val: float | None = None
+    ranks: int | None = None  # data-parallel steps: how many ranks took it
+    comm_ms: float | None = None  # and the ms rank 0 spent in its gradient exchange
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -84,11 +88,17 @@ def _json_safe(config: dict[str, Any]) -> dict[str, Any]:
 
 def csv_text(rows: list[Row]) -> str:
     with_val = any(r.val is not None for r in rows)
+    with_ranks = any(r.ranks is not None for r in rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["step", "loss", "val"] if with_val else ["step", "loss"])
+    w.writerow(["step", "loss"] + (["val"] if with_val else []) + (["ranks", "comm_ms"] if with_ranks else []))
     for r in rows:
-        w.writerow([r.step, repr(r.loss)] + ([] if not with_val else ["" if r.val is None else repr(r.val)]))
+        row: list[Any] = [r.step, repr(r.loss)]
+        if with_val:
+            row.append("" if r.val is None else repr(r.val))
+        if with_ranks:  # a single-process step of a run resumed from a data-parallel one: 1 rank, no exchange
+            row += [r.ranks or 1, f"{r.comm_ms or 0.0:.3f}"]
+        w.writerow(row)
     return buf.getvalue()
 
 
@@ -100,7 +110,10 @@ def read_csv(path: Path) -> list[Row]:
         for rec in csv.DictReader(f):
             try:
                 val = rec.get("val") or None
-                rows.append(Row(int(rec["step"]), float(rec["loss"]), None if val is None else float(val)))
+                ranks, comm = rec.get("ranks") or None, rec.get("comm_ms") or None
+                rows.append(Row(int(rec["step"]), float(rec["loss"]), None if val is None else float(val),
+                                None if ranks is None else int(ranks),
+                                None if comm is None else float(comm)))  # fmt: skip
             except (KeyError, TypeError, ValueError):
                 continue  # a row this version cannot read is only history: skip it
     return rows
@@ -182,6 +195,7 @@ class RunFolder:
     created: bool  # made by this run: removed again if the run fails during setup
     rows: list[Row] = field(default_factory=list)
     ready: bool = False  # has a config and a first checkpoint (or is a folder being resumed)
+    ranks: Callable[[], tuple[int, float]] | None = None  # data-parallel: (rank count, last exchange's ms)
 
     @classmethod
     def create(cls, path: Path, model: str) -> RunFolder:
@@ -221,7 +235,8 @@ class RunFolder:
 
     # ---- observer ----
     def after_step(self, done: int, loss: float) -> None:
-        self.rows.append(Row(done, loss))
+        ranks, comm = self.ranks() if self.ranks is not None else (None, None)
+        self.rows.append(Row(done, loss, ranks=ranks, comm_ms=comm))
 
     def after_eval(self, done: int, val: float) -> None:
         if self.rows and self.rows[-1].step == done:

@@ -16,11 +16,21 @@ from typing import Any
 
 import click
 
-from anneal.registry import AUTO, backend_names, get_backend, resolve_device
+from anneal.registry import AUTO, GPU_BACKEND, DeviceError, backend_names, get_backend, resolve_device, split_index
 from anneal.registry import plugins as loaded_plugins
-from anneal_cli import loop
+from anneal_cli import distributed, loop
 from anneal_cli.errors import CommandError, one_line
-from anneal_cli.runs import SUMMARY, SUMMARY_JSON, RunFolder, SavedRun, atomic_write, read_run, setting_up
+from anneal_cli.runs import (
+    RANKS,
+    SUMMARY,
+    SUMMARY_JSON,
+    RunFolder,
+    SavedRun,
+    atomic_write,
+    read_run,
+    setting_up,
+    tensors_digest,
+)
 from anneal_ir.plugins import ModelEntry
 
 PRESETS = ("tiny", "small", "full")
@@ -96,6 +106,66 @@ def parse_settings(entry: ModelEntry, settings: tuple[str, ...]) -> dict[str, An
     return out
 
 
+def split_device(name: str) -> tuple[str, int | None]:
+    """--device webgpu:1 -> ("webgpu", 1): the adapter of that index in `anneal doctor`'s order."""
+    try:
+        return split_index(name)
+    except DeviceError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from None
+
+
+def pin_adapter(index: int | None, local_rank: int) -> int:
+    """Make the webgpu backend use adapter `index` (default: this rank's local rank, modulo the adapters)."""
+    from anneal_wgpu import adapters
+
+    found = adapters.describe().adapters
+    if index is None:
+        index = local_rank % len(found) if found else 0
+    try:
+        adapters.use_index(index)
+    except adapters.NoAdapterError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from None
+    return index
+
+
+def start_parallel(trainer: Any, world: distributed.World, model: str, batch: int) -> None:
+    """Make the trainer one rank of world: rank 0's state broadcast (every rank starts identical, a resumed
+    run included: only rank 0 reads the checkpoint), its step split around the gradient exchange."""
+    problem = trainer.parallel_problem() if callable(getattr(trainer, "parallel_problem", None)) else (
+        "its trainer has no data-parallel step")  # fmt: skip
+    if problem is not None:
+        raise click.UsageError(f"model {model!r} cannot train data-parallel: {problem}")
+    if batch and batch < world.size:
+        raise click.BadParameter(f"a global batch of {batch} cannot be split over {world.size} ranks",
+                                 param_hint="--batch")  # fmt: skip
+    from anneal import Tensor
+
+    state = {k: t.numpy() for k, t in trainer.state_dict().items()} if world.rank == 0 else None
+    state = world.bcast(state, "the initial state's broadcast")
+    if world.rank != 0:
+        trainer.load_state_dict({k: Tensor(v, device="cpu") for k, v in state.items()})
+    trainer.data_parallel(world)
+
+
+def parallel_checkpoint(trainer: Any, folder: RunFolder | None, step: int, world: distributed.World) -> None:
+    """Every rank's state digest gathered on rank 0, which refuses to save states that differ and records them
+    (ranks.json) beside the checkpoint it writes."""
+    state = trainer.state_dict()
+    digest = tensors_digest({k: t.numpy() for k, t in state.items()})
+    digests = world.gather(digest, f"the step {step} checkpoint's state digests")
+    if world.rank != 0 or digests is None:
+        return
+    differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    if differ:
+        raise CommandError(f"at step {step} the state of rank {differ[0]} differs from rank 0's "
+                           f"(sha256 {digests[differ[0]][:12]} against {digests[0][:12]}); not saved")  # fmt: skip
+    if folder is not None:
+        folder.save_checkpoint(state, step)
+        folder.write_losses()
+        record = {"step": step, "ranks": world.size, "sha256": digests}
+        atomic_write(folder.path / RANKS, (json.dumps(record, indent=2) + "\n").encode())
+
+
 def check_device(name: str) -> None:
     if name != AUTO and name not in backend_names():
         known = ", ".join(backend_names()) or "none"
@@ -160,6 +230,18 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
     metavar="KEY=VALUE",
     help="Any other setting of the model (a JSON value, else a string): --set dim=64 --set jvp=false.",
 )
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    help="Train data-parallel on N processes, launched through mpiexec (same as mpiexec -n N anneal train ...).",
+)
+@click.option(
+    "--comm-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=distributed.DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Data-parallel: seconds a rank waits for the others before it names the missing rank and exits 1.",
+)
 def train(
     model: str,
     device: str,
@@ -176,25 +258,114 @@ def train(
     resume: Path | None,
     dataset: str | None,
     settings: tuple[str, ...],
+    nproc: int | None,
+    comm_timeout: float,
 ) -> None:
-    """Train MODEL; hyperparameters default per model, a flag overrides only what it names."""
+    """Train MODEL; hyperparameters default per model, a flag overrides only what it names.
+
+    Under mpiexec (or with --nproc N) every process is a rank of one data-parallel run: --batch stays the
+    global batch, rank 0 prints and writes the run folder."""
+    launch = distributed.launched()
+    if nproc is not None and nproc > 1:
+        if launch is not None:
+            raise click.UsageError("--nproc starts mpiexec itself; under mpiexec, leave it out")
+        code = distributed.launch(nproc, _argv_without_nproc(), lambda line: click.echo(line, err=True))
+        raise SystemExit(code)
+    if launch is None:
+        return _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
+                      resume, dataset, settings, None)  # fmt: skip
+    # A rank: a deterministic usage error is said by rank 0 alone; after that, any failure is one line and an
+    # immediate exit (MPI_Finalize could wait forever on ranks that stopped in an exchange).
+    quiet = launch.rank != 0
+    try:
+        world = distributed.World(timeout=comm_timeout)
+        _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
+               resume, dataset, settings, world)  # fmt: skip
+    except (click.UsageError, click.BadParameter) as exc:
+        if not quiet:
+            exc.show()
+        _exit(exc.exit_code)
+    except loop.NonFiniteLoss as exc:  # the global loss: every rank sees it, rank 0 says it
+        if not quiet:
+            click.echo(f"anneal: error: {exc}", err=True)
+        _exit(1)
+    except click.ClickException as exc:
+        click.echo(f"anneal: error: rank {launch.rank}: {exc.format_message()}", err=True)
+        _exit(exc.exit_code)
+    except SystemExit as exc:
+        _exit(exc.code if isinstance(exc.code, int) else 1)
+    except Exception as exc:  # RankFailure names the rank itself
+        prefix = "" if isinstance(exc, distributed.RankFailure) else f"rank {launch.rank}: "
+        click.echo(f"anneal: error: {prefix}{one_line(exc)}", err=True)
+        _exit(1)
+
+
+def _exit(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _argv_without_nproc() -> list[str]:
+    """This command's arguments after `train`, less --nproc N (the ranks get the rest)."""
+    args = sys.argv[1:]
+    args = args[args.index("train") + 1 :] if "train" in args else args
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
+
+
+def _train(
+    model: str,
+    device: str,
+    steps: int | None,
+    lr: float | None,
+    batch: int | None,
+    seed: int | None,
+    preset: str | None,
+    log_every: int | None,
+    eval_every: int | None,
+    plain: bool,
+    as_json: bool,
+    out: Path | None,
+    resume: Path | None,
+    dataset: str | None,
+    settings: tuple[str, ...],
+    world: distributed.World | None,
+) -> None:
     entry = find_model(model)
+    device, adapter_index = split_device(device)
     check_device(device)
     check_dataset(entry, dataset)
     flags = {**parse_settings(entry, settings), "steps": steps, "lr": lr, "batch": batch, "seed": seed,
              "eval_every": eval_every, "dataset": dataset}  # fmt: skip
     saved = read_run(resume, entry.name) if resume is not None else None
     config = resumed_config(saved, preset, flags) if saved else make_config(entry, preset, flags)
+    lead = world is None or world.rank == 0  # the process that prints and writes the run folder
+    if world is not None and "ANNEAL_CPU_THREADS" not in os.environ:  # read by the cpu backend when it starts
+        os.environ["ANNEAL_CPU_THREADS"] = str(distributed.cpu_threads_per_rank(world.local_size))
     resolved, note = resolve_device(device)
+    if resolved == GPU_BACKEND and (adapter_index is not None or world is not None):
+        adapter_index = pin_adapter(adapter_index, world.local_rank if world is not None else 0)
     resolved, _backend = get_backend(resolved)  # create it now, so a broken device fails first
+    shown_device = resolved if adapter_index is None else f"{resolved}:{adapter_index}"
 
-    dashboard = wants_dashboard(plain, as_json)
-    info: Callable[[str], None] = lambda text: click.echo(text, err=as_json)  # noqa: E731 - JSON keeps stdout
+    dashboard = wants_dashboard(plain, as_json) and lead
+    info: Callable[[str], None] = (lambda text: click.echo(text, err=as_json)) if lead else (lambda text: None)
     start = saved.step if saved else 0
 
     # ---- setup: a run folder made here is removed again if any of this fails ----
     folder: RunFolder | None = None
-    if out is not None and (saved is None or out.resolve() != saved.path.resolve()):
+    if not lead:
+        pass  # rank 0 alone writes the run folder
+    elif out is not None and (saved is None or out.resolve() != saved.path.resolve()):
         folder = RunFolder.create(out, entry.name)
         if saved is not None:
             folder.rows = list(saved.history)
@@ -202,21 +373,26 @@ def train(
         folder = RunFolder.reopen(saved)
     with setting_up(folder):
         trainer = entry.build(dict(config), resolved)
-        if saved is not None:
+        if saved is not None and lead:
             load_checkpoint(trainer, saved)
+        if world is not None:
+            start_parallel(trainer, world, entry.name, int(config.get("batch") or 0))
         config = completed_config(config, trainer)
         total = int(config["steps"])
         shown = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
+        if world is not None:
+            shown += f"  ranks {world.size}" + (f" on {world.hosts} hosts" if world.hosts > 1 else "")
         parameters = count_parameters(trainer)
         if not dashboard:
-            info(f"model {entry.name}  device {resolved}  {shown}" + (f"  params {parameters}" if parameters else ""))
+            info(f"model {entry.name}  device {shown_device}  {shown}"
+                 + (f"  params {parameters}" if parameters else ""))  # fmt: skip
         if note:
             info(note)
         if saved is not None:
             info(f"resuming {saved.path} at step {start}")
         if folder is not None:
             trainer_config = getattr(trainer, "config", None)
-            folder.write_config(config, resolved, trainer_config if isinstance(trainer_config, dict) else None)
+            folder.write_config(config, shown_device, trainer_config if isinstance(trainer_config, dict) else None)
             if not folder.ready:
                 checkpoint(trainer, folder, start)  # the first checkpoint: from here on the folder can be resumed
                 folder.write_losses()
@@ -232,24 +408,32 @@ def train(
     eval_cadence = eval_every or int(config.get("eval_every") or 0) or loop.default_eval_every(total)
     observers: list[Any] = [folder] if folder is not None else []
     save = (lambda done: checkpoint(trainer, folder, done)) if folder is not None else None
+    if world is not None:  # every rank takes part: the states are compared across ranks at each checkpoint
+        save = lambda done: parallel_checkpoint(trainer, folder, done, world)  # noqa: E731
+        if folder is not None:
+            folder.ranks = lambda: (world.size, world.comm_ms)
     run_args: dict[str, Any] = {
         "log_every": log_every or loop.default_log_every(total),
         "lr": config.get("lr"),
         "start": start,
         "eval_every": eval_cadence,
         "checkpoint": save,
+        "comm_ms": (lambda: world.comm_ms) if world is not None else None,
     }
     try:
         if dashboard:
-            run_dashboard(entry.name, resolved, trainer, config, total, start, parameters, observers, run_args, saved)
+            run_dashboard(entry.name, shown_device, trainer, config, total, start, parameters, observers, run_args,
+                          saved)  # fmt: skip
         else:
             emit = (lambda r: click.echo(loop.json_line(r))) if as_json else (lambda r: click.echo(loop.plain_line(r)))
-            loop.run(trainer, total, emit=emit, observers=observers, **run_args)
+            loop.run(trainer, total, emit=emit if lead else (lambda r: None), observers=observers, **run_args)
     except loop.NonFiniteLoss as exc:
         raise CommandError(str(exc)) from exc
     finally:
         if folder is not None and folder.ready:
             folder.write_losses()  # every step that ran, even when the run failed
+    if not lead:
+        return  # the summary and the sample are rank 0's
     finish = getattr(trainer, "finish", None)
     text = finish() if callable(finish) else None
     if text:

@@ -173,7 +173,7 @@ class SupervisedTrainer:
         """Why this trainer cannot train data-parallel, or None when it can."""
         owner = next(c for c in type(self).__mro__ if "_train_step" in vars(c))
         if not vars(owner).get("step_in_parts", False):
-            return f"{type(self).__name__} has a training step of its own, which is not split around a gradient exchange"
+            return f"{type(self).__name__} has a training step of its own, not split around a gradient exchange"
         params = {id(p) for p in self.params}
         buffers = sorted(k for k, t in get_state_dict(self.model).items() if id(t) not in params)
         if buffers:  # BatchNorm's running statistics: each rank would update them from its own shard

@@ -156,6 +156,22 @@ def choose(adapters: tuple[AdapterInfo, ...], wanted: str | None) -> tuple[Adapt
     return adapters[0], ""
 
 
+# The adapter index this process was told to use (--device webgpu:N, or its rank's), set once before the
+# backend starts; None: choose() picks. A process drives one adapter: several ranks, several GPUs.
+_index: list[int | None] = [None]
+
+
+def use_index(index: int | None) -> None:
+    """Use the adapter of this index in describe()'s order (what `anneal doctor` numbers webgpu:0, ...);
+    NoAdapterError names the adapters when there is no such one."""
+    if index is not None:
+        usable = describe().adapters
+        if not 0 <= index < len(usable):
+            names = ", ".join(f"webgpu:{i} {a.summary}" for i, a in enumerate(usable)) or "none"
+            raise NoAdapterError(f"there is no adapter webgpu:{index}; the adapters: {names}")
+    _index[0] = index
+
+
 def describe(settings: Settings | None = None) -> Description:
     """Enumerate (once per process) and choose, without ever raising."""
     settings = settings or Settings.from_env()
@@ -163,6 +179,9 @@ def describe(settings: Settings | None = None) -> Description:
         usable, ignored = enumerate_adapters()
     except Exception as exc:  # a missing or broken native library must not crash doctor
         return Description((), (), None, f"cannot load wgpu: {type(exc).__name__}: {exc}; {FIX}")
+    index = _index[0]
+    if index is not None and index < len(usable):
+        return Description(usable, ignored, usable[index], "")
     chosen, problem = choose(usable, settings.wgpu_adapter)
     return Description(usable, ignored, chosen, problem)
 

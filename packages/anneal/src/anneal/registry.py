@@ -28,6 +28,7 @@ __all__ = [
     "probe",
     "reset",
     "resolve_device",
+    "split_index",
 ]
 
 AUTO = "auto"
@@ -110,6 +111,19 @@ class Devices:
             raise DeviceError(f"device {resolved!r} failed to start: {type(exc).__name__}: {exc}") from exc
         self._instances[resolved] = backend
         return resolved, backend
+
+
+def split_index(name: str) -> tuple[str, int | None]:
+    """A device name with an optional adapter index: "webgpu:1" -> ("webgpu", 1), "cpu" -> ("cpu", None).
+    The index counts adapters in the order `anneal doctor` lists them; a process uses one of them."""
+    base, sep, index = name.partition(":")
+    if not sep:
+        return name, None
+    if not base or not index.isdigit():
+        raise DeviceError(f"device {name!r} is not NAME or NAME:INDEX (an adapter number such as webgpu:0)")
+    if base != GPU_BACKEND:
+        raise DeviceError(f"device {name!r}: only {GPU_BACKEND} has indexed adapters ({GPU_BACKEND}:0, ...)")
+    return base, int(index)
 
 
 # The process-wide state: loaded once, on first use (a functools.cache that reset() can seed).
