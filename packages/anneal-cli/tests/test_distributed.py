@@ -150,7 +150,7 @@ def test_nanogpt_on_two_ranks_equals_one_process_and_resumes_on_one_and_two(
     train([*args, "--steps", "6", "--out", str(tmp_path / "one")])
     train([*args, "--steps", "3", "--out", str(tmp_path / "two")], mpiexec, 2)
     assert_ranks_agree(tmp_path / "two", 2)
-    train(["nanogpt", "--steps", "6", "--resume", str(tmp_path / "two"), "--out", str(tmp_path / "on1")])  # 2 ranks -> 1
+    train(["nanogpt", "--steps", "6", "--resume", str(tmp_path / "two"), "--out", str(tmp_path / "on1")])  # 2 -> 1
     train([*args, "--steps", "6", "--resume", str(tmp_path / "two"), "--out", str(tmp_path / "on2")], mpiexec, 2)
     reference = losses(tmp_path / "one")
     for folder in ("on1", "on2"):
