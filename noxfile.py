@@ -38,6 +38,8 @@ TORCH = "torch==2.13.0"  # the CPU wheel; pip finds it through PIP_FIND_LINKS
 TORCH_USERS = {"anneal", "anneal-cpu", "anneal-autodiff", "anneal-schedule", "anneal-models", "anneal-cli"}
 TRANSFORMERS = ["transformers==5.24.0", "tiktoken==0.14.0"]  # GPT-2's oracles: Hugging Face's model, tiktoken's BPE
 TRANSFORMERS_USERS = {"anneal-models", "anneal-cli"}
+MPI = ["mpi4py==4.1.2", "mpich==5.0.2"]  # data-parallel training's tests: mpi4py and MPICH's wheel (mpiexec)
+MPI_USERS = {"anneal-cli"}
 TEST_TOOLS = ["pytest", "hypothesis"]
 PYTEST_NO_TESTS = 5
 TYPED = ["anneal_ir", "anneal_wgpu", "anneal_models", "anneal_cli"]  # add the others as they gain modules
@@ -92,6 +94,7 @@ def pytest(session: nox.Session, where: Path, label: str) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests, in its directory, with its internal dependencies editable."""
     oracles = ([TORCH] if package in TORCH_USERS else []) + (TRANSFORMERS if package in TRANSFORMERS_USERS else [])
+    oracles += MPI if package in MPI_USERS else []
     install_editable(session, internal_deps(package), *TEST_TOOLS, *oracles)
     pytest(session, ROOT / "packages" / package, package)
 

@@ -16,4 +16,6 @@ packages=(anneal-ir anneal-autodiff anneal-schedule anneal-cpu anneal-wgpu annea
 args=()
 for p in "${packages[@]}"; do args+=(-e "packages/$p"); done
 .venv/bin/python -m pip install -q --no-build-isolation "${args[@]}"
+# MPI for data-parallel training (anneal train --nproc N): mpi4py and MPICH's wheel, which brings mpiexec.
+.venv/bin/python -m pip install -q "mpi4py==4.1.2" "mpich==5.0.2"
 echo "install: done; try .venv/bin/anneal train mlp (or .venv/bin/anneal doctor)" >&2

@@ -18,6 +18,7 @@ fi
 # In CI a missing WebGPU adapter fails the WebGPU tests instead of skipping them.
 if [ -n "${CI:-}" ]; then
     export ANNEAL_EXPECT_ADAPTER="${ANNEAL_EXPECT_ADAPTER:-1}"
+    export ANNEAL_EXPECT_MPI="${ANNEAL_EXPECT_MPI:-1}"  # and a missing MPI fails the data-parallel tests
 fi
 
 TOOLS=.venv-tools
