@@ -82,7 +82,7 @@ def mpi_implementation() -> str:
         return f"not installed (pip install mpi4py mpich: {exc})"
     except Exception as exc:  # a broken MPI library fails on import
         return f"mpi4py cannot load its MPI library: {type(exc).__name__}: {exc}"
-    version = MPI.Get_library_version().strip().splitlines()[0].strip()
+    version = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
     mpiexec = find_mpiexec()
     return f"{version} (MPI {'.'.join(map(str, MPI.Get_version()))}, mpi4py); mpiexec: {mpiexec or 'not found'}"
 

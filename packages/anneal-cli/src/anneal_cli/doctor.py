@@ -58,11 +58,11 @@ def _blas() -> str:
     return f"BLAS: {blas.get('name', '?')} {blas.get('version', '')}".rstrip() + (f" ({detail})" if detail else "")
 
 
-def _adapter_lines(adapter: Any, chosen: bool) -> list[str]:
+def _adapter_lines(adapter: Any, chosen: bool, index: int = 0) -> list[str]:
     mark = "*" if chosen else "-"
     kind = f"{adapter.adapter_type}, software: slower than numpy" if adapter.software else adapter.adapter_type
     lines = [
-        f"  {mark} {adapter.name}",
+        f"  {mark} webgpu:{index}  {adapter.name}",
         f"      vendor {adapter.vendor or '?'}, backend {adapter.backend}, type {kind}",
     ]
     used = ", ".join(f"{f} {'yes' if f in adapter.features else 'no'}" for f in adapters.COMPILER_FEATURES)
@@ -83,8 +83,8 @@ def _gpu_section() -> str:
         return problem
     found = adapters.describe()
     click.echo("WebGPU adapters (Vulkan, Metal, D3D12; OpenGL adapters are not used):")
-    for adapter in found.adapters:
-        click.echo("\n".join(_adapter_lines(adapter, adapter is found.chosen)))
+    for index, adapter in enumerate(found.adapters):  # the index is the device name's: webgpu:0, webgpu:1, ...
+        click.echo("\n".join(_adapter_lines(adapter, adapter is found.chosen, index)))
     for adapter in found.ignored:
         click.echo(f"  - ignored: {adapter.summary}")
     if found.chosen is None:
@@ -114,5 +114,8 @@ def doctor() -> None:
     click.echo(f"plugins: {len(found.loaded)} loaded{failed}; backends: {', '.join(found.backends) or 'none'}")
     click.echo(f"numpy {np.__version__}, {_blas()}")
     click.echo(_cpu_compiler())
+    from anneal_cli.distributed import mpi_implementation  # mpi4py only here, and only if it is installed
+
+    click.echo(f"MPI (data-parallel training): {mpi_implementation()}")
     if problem:
         raise CommandError(problem)

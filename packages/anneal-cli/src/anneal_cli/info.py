@@ -79,7 +79,20 @@ def devices_report() -> dict[str, Any]:
         chosen, note = registry.auto()
     except DeviceError as exc:
         chosen, note = None, str(exc)
-    return {"backends": backends, "auto": {"device": chosen, "note": note}}
+    return {"backends": backends, "auto": {"device": chosen, "note": note}, "adapters": _indexed_adapters(found)}
+
+
+def _indexed_adapters(found: Any) -> list[dict[str, Any]]:
+    """The WebGPU adapters by device name (webgpu:0, webgpu:1, ...: anneal doctor's order; a data-parallel rank
+    takes its local rank's)."""
+    if "webgpu" not in found.backends:
+        return []
+    try:
+        from anneal_wgpu import adapters
+    except ImportError:
+        return []
+    return [{"device": f"webgpu:{i}", "name": a.summary, "software": a.software}
+            for i, a in enumerate(adapters.describe().adapters)]  # fmt: skip
 
 
 @click.command()
@@ -98,4 +111,6 @@ def devices(as_json: bool) -> None:
             available = ("yes (software)" if b["software"] else "yes") if b["available"] else "no"
             rows.append([b["name"], available, b["plugin"], b["detail"] or b["summary"]])
         click.echo(_table(rows))
+    if report["adapters"]:
+        click.echo(_table([["ADAPTER", "NAME"]] + [[a["device"], a["name"]] for a in report["adapters"]]))
     click.echo(report["auto"]["note"])
