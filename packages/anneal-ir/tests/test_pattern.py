@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from anneal_ir import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, rewrite_trace
+from anneal_ir import CompileTrace, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 
 I64, F32 = dtypes.int64, dtypes.float32
 
@@ -166,14 +166,48 @@ def test_unchanged_graph_is_returned_as_is_and_deep_graphs_work() -> None:
     assert len(out.toposort()) < len(deep.toposort())
 
 
-def test_rewrite_trace_records_passes() -> None:
-    trace: list = []
-    token = rewrite_trace.set(trace)
-    try:
-        pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("a"), UPat.const(0))), lambda a: a)], "zeros")
-        graph_rewrite((x + 0) * y, pm)
+def test_compile_trace_records_passes_and_firings() -> None:
+    trace = CompileTrace()
+    pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("a"), UPat.const(0))), drop_zero)], "zeros")
+    graph = (x + 0) * y
+    with trace.active():
+        out = graph_rewrite(graph, pm)
         graph_rewrite(x, pm, name="named")
-    finally:
-        rewrite_trace.reset(token)
-    assert [r.name for r in trace] == ["zeros", "named"]
-    assert trace[0].rewrites == 1 and trace[0].nodes_in >= 3
+    assert [p.name for p in trace.passes] == ["zeros", "named"]
+    first = trace.passes[0]
+    assert first.root_in is graph and first.root_out is out and out is x * y
+    assert [(f.rule, f.matched, f.result) for f in first.fired] == [("zeros.drop_zero", x + 0, x)]
+    assert trace.passes[1].fired == []
+
+
+def test_compile_trace_is_off_by_default_and_bounded() -> None:
+    pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("a"), UPat.const(0))), drop_zero)], "zeros")
+    assert graph_rewrite((x + 0) * y, pm) is x * y  # no trace set: nothing recorded anywhere
+    trace = CompileTrace(max_passes=1)
+    with trace.active():
+        graph_rewrite((x + 0) * y, pm)
+        graph_rewrite((y + 0) * x, pm)
+    assert len(trace.passes) == 1 and trace.truncated
+
+
+def test_compile_trace_gives_built_nodes_an_origin_and_rules_pass_it_on() -> None:
+    trace = CompileTrace()
+    pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("a"), UPat.const(0))), drop_zero_times_one)], "zeros")
+    a = UOp(Ops.DEFINE_VAR, dtypes.int64, (), ("traced_a", 0, 9))
+    with trace.active():
+        with trace.within("forward", "block.0"):
+            built = (a + 0) * 3
+        out = graph_rewrite(built, pm)
+    assert trace.origins[built].module == "block.0" and trace.origins[built].phase == "forward"
+    made = out.src[0]  # a * 1, built by the rule while no module ran: it inherits a + 0's origin
+    assert made.op is Ops.MUL and trace.origins[made].module == "block.0"
+    assert trace.made_by[made] == "zeros.drop_zero_times_one"
+    assert a not in trace.origins  # built before the trace started
+
+
+def drop_zero(a: UOp) -> UOp:
+    return a
+
+
+def drop_zero_times_one(a: UOp) -> UOp:
+    return a * 1

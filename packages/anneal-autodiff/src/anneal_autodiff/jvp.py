@@ -11,6 +11,7 @@ import math
 
 from anneal_autodiff.build import add, cos, erf_slope, max_mask, mul, neg, recip, scalar, shape_of, where
 from anneal_ir import Ops, PatternMatcher, UOp, UPat
+from anneal_ir.trace import derive
 
 Tangents = tuple[UOp | None, ...]
 
@@ -145,7 +146,7 @@ def compute_tangents(outputs: list[UOp], tangents: dict[UOp, UOp]) -> list[UOp |
         if node in known or not node.src or node.op is Ops.SINK:
             continue
         src_t = tuple(known.get(s) for s in node.src)
-        known[node] = None if all(t is None for t in src_t) else jvp_rule(node, src_t)
+        known[node] = None if all(t is None for t in src_t) else derive(node, "jvp", jvp_rule, node, src_t)
     for out in outputs:
         t = known.get(out)
         assert t is None or shape_of(t) == shape_of(out), f"tangent shape {t.shape} != {out.shape} for {out.op}"

@@ -28,6 +28,7 @@ from anneal_autodiff.build import (
     where,
 )
 from anneal_ir import Ops, PatternMatcher, UOp, UPat
+from anneal_ir.trace import derive
 
 Grads = tuple[UOp | None, ...]
 
@@ -205,10 +206,11 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
         g = grads.get(node)
         if g is None or node not in on_path or not node.src:
             continue
-        for src, sg in zip(node.src, vjp_rule(node, g)):
+        # derive: a compile trace (anneal viz) files the gradient under the module that built node
+        for src, sg in zip(node.src, derive(node, "backward", vjp_rule, node, g)):
             if sg is None or src not in on_path:
                 continue
-            grads[src] = sg if src not in grads else add(grads[src], sg)
+            grads[src] = sg if src not in grads else derive(src, "backward", add, grads[src], sg)
     return {t: grads[t] for t in targets if t in grads}
 
 

@@ -2,7 +2,7 @@
 
 from anneal_ir.dtype import DType, dtypes, promote_types
 from anneal_ir.ops import GroupOp, Ops
-from anneal_ir.pattern import PatternMatcher, UPat, graph_rewrite, rewrite_trace
+from anneal_ir.pattern import PatternMatcher, UPat, graph_rewrite
 from anneal_ir.plugins import (
     Availability,
     BackendEntry,
@@ -14,6 +14,7 @@ from anneal_ir.plugins import (
     load_plugins,
 )
 from anneal_ir.settings import Settings
+from anneal_ir.trace import CompileTrace
 from anneal_ir.uop import UOp
 
 __version__ = "0.1.0"
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Availability",
     "BackendEntry",
+    "CompileTrace",
     "DType",
     "DatasetEntry",
     "GroupOp",
@@ -37,5 +39,4 @@ __all__ = [
     "hookspec",
     "load_plugins",
     "promote_types",
-    "rewrite_trace",
 ]

@@ -8,7 +8,6 @@ A src given as a tuple matches in order; given as a list it matches in any order
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import itertools
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 from anneal_ir.dtype import DType
 from anneal_ir.ops import Ops
+from anneal_ir.trace import current_trace
 from anneal_ir.uop import UOp
 
 _ANY = object()
@@ -115,6 +115,7 @@ class Rule:
     pattern: UPat
     fn: Callable[..., UOp | None]
     wants_ctx: bool
+    name: str = ""  # "table.function", as a trace reports it
 
 
 class PatternMatcher:
@@ -122,7 +123,17 @@ class PatternMatcher:
 
     def __init__(self, rules: list[tuple[UPat, Callable[..., UOp | None]]], name: str = "rules"):
         self.name = name
-        self.rules = [Rule(p, f, "ctx" in inspect.signature(f).parameters) for p, f in rules]
+        self.rules = [_rule(p, f, name) for p, f in rules]
+        self._index()
+
+    @classmethod
+    def _of_rules(cls, rules: list[Rule], name: str) -> PatternMatcher:
+        pm = cls.__new__(cls)
+        pm.name, pm.rules = name, rules
+        pm._index()
+        return pm
+
+    def _index(self) -> None:
         self.by_op: dict[Ops, list[Rule]] = {}
         self.any_op: list[Rule] = []
         for r in self.rules:
@@ -136,7 +147,7 @@ class PatternMatcher:
             self.by_op[op] = self.by_op[op] + self.any_op
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
-        return PatternMatcher([(r.pattern, r.fn) for r in self.rules + other.rules], f"{self.name}+{other.name}")
+        return PatternMatcher._of_rules(self.rules + other.rules, f"{self.name}+{other.name}")
 
     def rules_for(self, op: Ops) -> list[Rule]:
         return self.by_op.get(op, self.any_op)
@@ -150,24 +161,21 @@ class PatternMatcher:
         return None
 
     def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+        found = self.apply(u, ctx)
+        return None if found is None else found[0]
+
+    def apply(self, u: UOp, ctx: Any = None) -> tuple[UOp, Rule] | None:
+        """The first rule's replacement of u, and the rule (None: no rule changes u)."""
         for rule in self.rules_for(u.op):
             for store in rule.pattern.match(u, {}):
                 out = rule.fn(ctx=ctx, **store) if rule.wants_ctx else rule.fn(**store)
                 if out is not None and out is not u:
-                    return out
+                    return out, rule
         return None
 
 
-@dataclass
-class PassRecord:
-    name: str
-    nodes_in: int
-    rewrites: int
-    seconds: float
-
-
-# Observers only: when a list is set here, each graph_rewrite appends what it did.
-rewrite_trace: contextvars.ContextVar[list[PassRecord] | None] = contextvars.ContextVar("rewrite_trace", default=None)
+def _rule(pattern: UPat, fn: Callable[..., UOp | None], table: str) -> Rule:
+    return Rule(pattern, fn, "ctx" in inspect.signature(fn).parameters, f"{table}.{getattr(fn, '__name__', 'rule')}")
 
 
 def graph_rewrite(
@@ -180,8 +188,9 @@ def graph_rewrite(
     rule wants to see the original subgraph), and again after they change.
     """
     start = time.perf_counter()
+    trace = current_trace.get()
+    record = trace.begin_pass(name or matcher.name, root) if trace is not None else None
     done: dict[UOp, UOp] = {}
-    rewrites = 0
     # stack entries: (node, stage, target); stage 0 = visit, 1 = sources done, 2 = alias to target
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:
@@ -198,9 +207,11 @@ def graph_rewrite(
             continue
         if stage == 0:
             if bottom_up:
-                new = matcher.rewrite(node, ctx)
-                if new is not None:
-                    rewrites += 1
+                found = matcher.apply(node, ctx)
+                if found is not None:
+                    new = found[0]
+                    if trace is not None:
+                        trace.fired(record, found[1].name, node, new)
                     stack.append((node, 2, new))
                     stack.append((new, 0, None))
                     continue
@@ -209,19 +220,22 @@ def graph_rewrite(
             continue
         new_src = tuple(done[s] for s in node.src)
         rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+        if trace is not None and rebuilt is not node:
+            trace.rebuilt(node, rebuilt)
         if rebuilt is not node and rebuilt in done:
             done[node] = done[rebuilt]
             continue
-        new = matcher.rewrite(rebuilt, ctx)
-        if new is None:
+        found = matcher.apply(rebuilt, ctx)
+        if found is None:
             done[node] = rebuilt
             if rebuilt is not node:
                 done[rebuilt] = rebuilt
         else:
-            rewrites += 1
+            new = found[0]
+            if trace is not None:
+                trace.fired(record, found[1].name, rebuilt, new)
             stack.append((node, 2, new))
             stack.append((new, 0, None))
-    trace = rewrite_trace.get()
-    if trace is not None:
-        trace.append(PassRecord(name or matcher.name, len(done), rewrites, time.perf_counter() - start))
+    if record is not None:
+        record.root_out, record.seconds = done[root], time.perf_counter() - start
     return done[root]

@@ -18,6 +18,7 @@ from typing import Any
 
 from anneal_ir.dtype import DType, dtypes
 from anneal_ir.ops import GroupOp, Ops
+from anneal_ir.trace import current_trace
 
 Shape = tuple[Any, ...]  # of sizes: an int, or an int64 UOp over Variables (anneal_ir.sint)
 
@@ -41,6 +42,8 @@ class UOpMeta(type):
             return found
         node = super().__call__(op, dtype, src, arg)
         UOpMeta._live[key] = node
+        if (trace := current_trace.get()) is not None:
+            trace.created(node)
         return node
 
 

@@ -153,7 +153,7 @@ class KernelBuilder:
 
     root: UOp
     materialized: Callable[[UOp], int | None]  # node -> schedule slot, or None if not (yet) a buffer
-    must_realize: Callable[[UOp, bool], bool]  # (node, read through a broadcast) -> needs its own kernel
+    must_realize: Callable[[UOp, bool], str | None]  # (node, read through a broadcast) -> why it needs a kernel
     slots: list[int] = field(default_factory=list)  # DEFINE_GLOBAL i reads/writes schedule slot slots[i]
     n_ranges: int = 0
     memo: dict[tuple, UOp] = field(default_factory=dict)
@@ -197,8 +197,9 @@ class KernelBuilder:
     def _lower(self, u: UOp, idx: Index, valid: UOp | None, bc: bool, is_root: bool) -> UOp:
         if not is_root or u.op is Ops.BUFFER:  # a buffer is always read, even as the whole value
             slot = self.materialized(u)
-            if slot is None and self.must_realize(u, bc):
-                raise NeedsRealize(u)
+            why = self.must_realize(u, bc) if slot is None else None
+            if why is not None:
+                raise NeedsRealize(u, why)
             if slot is not None:
                 return self.load(slot, u, idx, valid)
         self.fused.add(u)
@@ -217,9 +218,9 @@ class KernelBuilder:
             return self.lower(u.src[0], idx, valid, bc)
         if u.op is Ops.REDUCE_AXIS:
             if self.reduce_at.setdefault(u, idx) != idx and not is_root:
-                raise NeedsRealize(u)  # read at two different places: compute it once, in its own kernel
+                raise NeedsRealize(u, "a reduction read at two different indices: computed once")
             if not is_root and recomputed_inside_reduction(u, idx, valid):
-                raise NeedsRealize(u)  # a convolution of a convolution: the inner one would run per tap
+                raise NeedsRealize(u, "a reduction inside a reduction over overlapping windows: would run per tap")
             if bc:
                 self.broadcast_reduces.add(u)
             op, axes = u.arg
@@ -259,6 +260,6 @@ def recomputed_inside_reduction(u: UOp, idx: Index, valid: UOp | None) -> bool:
 class NeedsRealize(Exception):
     """Raised while building a kernel: this node must be materialized first."""
 
-    def __init__(self, node: UOp):
-        super().__init__(node.op.name)
-        self.node = node
+    def __init__(self, node: UOp, reason: str):
+        super().__init__(f"{node.op.name}: {reason}")
+        self.node, self.reason = node, reason

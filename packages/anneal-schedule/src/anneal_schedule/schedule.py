@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anneal_ir import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+from anneal_ir import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, trace
 from anneal_ir.sint import record_bind, render_size, sint, variables
 from anneal_schedule.analysis import fusable_reductions
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
@@ -144,7 +144,9 @@ class Scheduler:
             self.stats.hits += 1
             return self.cache[key], inputs, values
         self.stats.misses += 1
-        sched = build_schedule(split_reductions(sink, self.parallel), len(inputs), self.max_buffers)
+        split = split_reductions(sink, self.parallel)
+        trace.event("schedule", split)  # the graph the kernels are cut from
+        sched = build_schedule(split, len(inputs), self.max_buffers)
         self.cache[key] = sched
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
@@ -183,13 +185,22 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         if node.op is Ops.BUFFER:
             slot_of[node] = node.arg.index
 
-    def must_realize(u: UOp, through_broadcast: bool) -> bool:
-        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN) or u in split:
-            return True
+    def must_realize(u: UOp, through_broadcast: bool) -> str | None:
+        """Why u needs a kernel of its own rather than being computed inside its reader's (None: it doesn't)."""
+        if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
+            return f"{u.op.name.lower()}: asked for"
+        if u in split:
+            return "split off: the reader's kernel would bind too many buffers"
         if u.op is Ops.REDUCE_AXIS:  # read through a broadcast: fused unless the kernel cannot keep it
-            return (through_broadcast and (u in unfused or _trivial(u))) or consumers[u] > 1
-        # an expensive elementwise chain read by several consumers is computed once, not in each of them
-        return consumers[u] > 1 and u.op in GroupOp.ALU and _expensive(u)
+            if through_broadcast and u in unfused:
+                return "a reduction read through a broadcast that the reader's kernel cannot keep"
+            if through_broadcast and _trivial(u):
+                return "a reduction over size-1 axes read through a broadcast"
+            return f"a reduction read by {consumers[u]} nodes" if consumers[u] > 1 else None
+        if consumers[u] > 1 and u.op in GroupOp.ALU and _expensive(u):
+            # an expensive elementwise chain read by several consumers is computed once, not in each of them
+            return f"over {RECOMPUTE_LIMIT} ALU ops read by {consumers[u]} nodes: computed once"
+        return None
 
     def materialized(u: UOp) -> int | None:
         slot = slot_of.get(u)
@@ -205,21 +216,31 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
             try:
                 builder.ast = builder.build(out_slot())
             except NeedsRealize as need:
+                trace.event("realize", need.node, reason=need.reason)
                 realize(need.node)
                 continue
             if builder.broadcast_reduces:
                 shared = _shared(root, builder, parents)  # another kernel would compute them again
                 if shared or not fusable_reductions(builder.ast):
                     unfused.update(shared or builder.broadcast_reduces)  # their own kernel, as before row kernels
+                    why = "read outside this kernel too" if shared else "this kernel's reductions cannot be fused"
+                    for r in shared or builder.broadcast_reduces:
+                        trace.event("unfuse", r, reason=why)
                     continue
             if len(builder.slots) <= max_buffers:
                 return builder
-            split.add(_heaviest_input(root, builder, slot_of, max_buffers))
+            heaviest = _heaviest_input(root, builder, slot_of, max_buffers)
+            trace.event(
+                "split", heaviest, reason=f"its reader's kernel binds {len(builder.slots)} > {max_buffers} buffers"
+            )
+            split.add(heaviest)
 
     def emit(builder: KernelBuilder) -> None:
         assert builder.ast is not None
-        ast, slots = drop_unused_arguments(simplify_kernel(builder.ast), builder.slots)
-        kernels.append(Kernel(f"k{len(kernels)}", ast, slots, frozenset(builder.fused)))
+        name = f"k{len(kernels)}"
+        with trace.working_on(name):
+            ast, slots = drop_unused_arguments(simplify_kernel(builder.ast), builder.slots)
+        kernels.append(Kernel(name, ast, slots, frozenset(builder.fused)))
 
     def realize(root: UOp) -> int:
         """Schedule the kernel computing root (and first whatever it needs); returns its slot."""
@@ -261,6 +282,8 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     slots: dict[int, int] = {}
     for i in order:
         out = sink.src[i]
+        if out not in slot_of:
+            trace.event("realize", out, reason="an output of the step")
         slots[i] = slot_of[out] if out in slot_of else realize(out)
     outputs = [slots[i] for i in range(len(sink.src))]
     used = variables(tuple(n for k in kernels for n in k.ast.toposort() if n.op is Ops.DEFINE_VAR))

@@ -24,6 +24,7 @@ import numpy as np
 from anneal.nn import functional as F
 from anneal.tensor import Tensor
 from anneal_ir import DType, dtypes
+from anneal_ir.trace import inside_module
 
 __all__ = [
     "AvgPool2d",
@@ -73,7 +74,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        with inside_module(self):  # a compile trace (anneal viz) learns which module built each node
+            return self.forward(*args, **kwargs)
 
     # ---- structure ----
     def _members(self) -> Iterator[tuple[str, Any]]:
