@@ -279,6 +279,16 @@ def train(
     quiet = launch.rank != 0
     try:
         world = distributed.World(timeout=comm_timeout)
+        # The ranks of a host share its cores: before anything reads the settings or starts the cpu backend.
+        threads = str(distributed.cpu_threads_per_rank(world.local_size))
+        os.environ.setdefault("ANNEAL_CPU_THREADS", threads)
+        os.environ.setdefault("OMP_NUM_THREADS", threads)
+        if threads == "1":  # the cpu runtime leaves numpy's OpenBLAS at a thread per core when it has one thread
+            # itself, and those threads spin against the other rank's (nanogpt tiny, 2 ranks on 2 cores: 130-250
+            # ms/step against 45 with BLAS on one thread)
+            from anneal_cpu.runtime import numpy_blas
+
+            numpy_blas(single_threaded=True)
         _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
                resume, dataset, settings, world)  # fmt: skip
     except (click.UsageError, click.BadParameter) as exc:
@@ -349,8 +359,6 @@ def _train(
     saved = read_run(resume, entry.name) if resume is not None else None
     config = resumed_config(saved, preset, flags) if saved else make_config(entry, preset, flags)
     lead = world is None or world.rank == 0  # the process that prints and writes the run folder
-    if world is not None and "ANNEAL_CPU_THREADS" not in os.environ:  # read by the cpu backend when it starts
-        os.environ["ANNEAL_CPU_THREADS"] = str(distributed.cpu_threads_per_rank(world.local_size))
     resolved, note = resolve_device(device)
     if resolved == GPU_BACKEND and (adapter_index is not None or world is not None):
         adapter_index = pin_adapter(adapter_index, world.local_rank if world is not None else 0)
