@@ -40,6 +40,8 @@ TRANSFORMERS = ["transformers==5.24.0", "tiktoken==0.14.0"]  # GPT-2's oracles: 
 TRANSFORMERS_USERS = {"anneal-models", "anneal-cli"}
 MPI = ["mpi4py==4.1.2", "mpich==5.0.2"]  # data-parallel training's tests: mpi4py and MPICH's wheel (mpiexec)
 MPI_USERS = {"anneal-cli"}
+BROWSER = ["playwright==1.65.2"]  # the viz tests drive Debian's Chromium (scripts/system-deps.sh) through it
+BROWSER_USERS = {"anneal-cli"}
 TEST_TOOLS = ["pytest", "hypothesis"]
 PYTEST_NO_TESTS = 5
 TYPED = ["anneal_ir", "anneal_wgpu", "anneal_models", "anneal_cli"]  # add the others as they gain modules
@@ -95,6 +97,7 @@ def tests(session: nox.Session, package: str) -> None:
     """One package's tests, in its directory, with its internal dependencies editable."""
     oracles = ([TORCH] if package in TORCH_USERS else []) + (TRANSFORMERS if package in TRANSFORMERS_USERS else [])
     oracles += MPI if package in MPI_USERS else []
+    oracles += BROWSER if package in BROWSER_USERS else []
     install_editable(session, internal_deps(package), *TEST_TOOLS, *oracles)
     pytest(session, ROOT / "packages" / package, package)
 

@@ -4,6 +4,7 @@
 #   python3-venv         -- `python3 -m venv` (Debian splits ensurepip out of python3)
 #   tmux                 -- a real terminal for the test of `anneal train`'s live dashboard
 #   gcc                  -- the C compiler the cpu backend builds its kernels with (numpy without one)
+#   chromium             -- a real browser for the tests of `anneal viz` (driven by Playwright)
 # Installs only what is missing, and only where apt-get can run (root, or sudo without a
 # password); elsewhere it says what to install and carries on.
 set -euo pipefail
@@ -18,6 +19,7 @@ if command -v "$PYTHON" >/dev/null 2>&1 && ! "$PYTHON" -c "import ensurepip, ven
 fi
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -20,17 +20,22 @@ SET = click.option(
 )
 
 
-def _step_graph(model: str, preset: str | None, device: str, backward: bool,
-                settings: tuple[str, ...] = ()) -> tuple[Any, str]:  # fmt: skip
+def build_trainer(model: str, preset: str | None, device: str, settings: tuple[str, ...] = ()) -> tuple[Any, str]:
+    """MODEL's trainer on device (resolved: `auto` becomes a backend), for commands that look at its step."""
     entry = find_model(model)
     check_device(device)
     resolved, _ = resolve_device(device)
     resolved, _ = get_backend(resolved)
     trainer = entry.build(make_config(entry, preset, parse_settings(entry, settings)), resolved)
-    graph = getattr(trainer, "graph", None)
-    if not callable(graph):
+    if not callable(getattr(trainer, "graph", None)):
         raise click.UsageError(f"model {model!r} does not expose its step graph (its trainer has no graph())")
-    return graph(backward), resolved
+    return trainer, resolved
+
+
+def _step_graph(model: str, preset: str | None, device: str, backward: bool,
+                settings: tuple[str, ...] = ()) -> tuple[Any, str]:  # fmt: skip
+    trainer, resolved = build_trainer(model, preset, device, settings)
+    return trainer.graph(backward), resolved
 
 
 @click.command()

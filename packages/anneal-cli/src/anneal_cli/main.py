@@ -84,6 +84,7 @@ def build_cli() -> AnnealGroup:
     from anneal_cli.sample_cmd import sample
     from anneal_cli.score_cmd import score
     from anneal_cli.train import train
+    from anneal_cli.viz.command import viz
 
     @click.group(cls=AnnealGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.option(
@@ -105,6 +106,7 @@ def build_cli() -> AnnealGroup:
     cli.add_command(evaluate)
     cli.add_command(score)
     cli.add_command(gpt2)
+    cli.add_command(viz)
     assert isinstance(cli, AnnealGroup)
     return cli
 
