@@ -42,7 +42,10 @@ MPI = ["mpi4py==4.1.2", "mpich==5.0.2"]  # data-parallel training's tests: mpi4p
 MPI_USERS = {"anneal-cli"}
 BROWSER = ["playwright==1.65.2"]  # the viz tests drive Debian's Chromium (scripts/system-deps.sh) through it
 BROWSER_USERS = {"anneal-cli"}
-TEST_TOOLS = ["pytest", "hypothesis"]
+TEST_TOOLS = ["pytest", "hypothesis", "pytest-xdist"]
+# The slowest suites run on two workers (CI has 2 cores); the others stay in one process (anneal-cli's
+# tests start MPI ranks and a tmux terminal with deadlines of their own).
+PARALLEL = {"anneal-models", "integration"}
 PYTEST_NO_TESTS = 5
 TYPED = ["anneal_ir", "anneal_wgpu", "anneal_models", "anneal_cli"]  # add the others as they gain modules
 
@@ -84,7 +87,7 @@ def pytest(session: nox.Session, where: Path, label: str) -> None:
     """Run pytest; collecting no test at all is a failure, not a pass."""
     try:
         with session.chdir(where):
-            session.run("pytest", *session.posargs)
+            session.run("pytest", *(["-n", "2"] if label in PARALLEL else []), *session.posargs)
     except nox.command.CommandFailed as exc:
         if getattr(exc, "return_code", None) == PYTEST_NO_TESTS:
             session.error(f"{label}: pytest collected no tests (exit 5); every package must have tests")

@@ -32,6 +32,9 @@ THIRD_PARTY = {
     "uniplot": "uniplot",
     "PIL": "pillow",
     "tokenizers": "tokenizers",
+    "starlette": "starlette",
+    "uvicorn": "uvicorn",
+    "mpi4py": "mpi4py",
 }
 
 
