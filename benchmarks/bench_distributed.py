@@ -32,51 +32,48 @@ def mpiexec() -> str:
     return here if os.access(here, os.X_OK) else "mpiexec"
 
 
-def train(model: str, preset: str, ranks: int, steps: int, device: str) -> dict[str, float]:
+def train(model: str, preset: str, ranks: int, steps: int, device: str, threads: int | None = None) -> dict[str, float]:
     cmd = [sys.executable, "-m", "anneal_cli.main", "train", model, "--preset", preset, "--steps", str(steps),
            "--log-every", str(steps // 2), "--eval-every", str(10**9), "--device", device, "--json"]  # fmt: skip
     if ranks > 1:
         cmd = [mpiexec(), "-n", str(ranks), *cmd]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    env = dict(os.environ)
+    if threads:  # the single process on as many cores as one rank has (a core-for-core comparison)
+        env.update(ANNEAL_CPU_THREADS=str(threads), OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     last = [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
     return {"ms": float(last["ms_per_step"]), "comm_ms": float(last.get("comm_ms") or 0.0), "loss": last["loss"]}
 
 
-def allreduce(n: int, reps: int) -> None:
-    """Run under mpiexec: time Allreduce of n float32 in buckets as the trainer sends them; rank 0 prints JSON."""
+def allreduce(sizes: list[int], reps: int) -> None:
+    """Run under mpiexec: time the Allreduce of n float32 for each n, in buckets as the trainer sends them
+    (nonblocking, then wait); rank 0 prints one JSON line per size."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    buckets = [np.ones(min(BUCKET, n - s), np.float32) for s in range(0, n, BUCKET)]
-    small = np.ones(1, np.float32)
-    for b in buckets:
-        comm.Allreduce(MPI.IN_PLACE, b)
-    times, lat = [], []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        reqs = [comm.Iallreduce(MPI.IN_PLACE, b) for b in buckets]
-        MPI.Request.Waitall(reqs)
-        times.append(time.perf_counter() - t0)
-    for _ in range(50):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        comm.Allreduce(MPI.IN_PLACE, small)
-        lat.append(time.perf_counter() - t0)
-    if comm.rank == 0:
-        best, median = min(times), float(np.median(times))
-        nbytes = 4 * n
-        # a ring Allreduce moves 2 (p-1)/p of the buffer through each rank's link
-        bus = 2 * (comm.size - 1) / comm.size * nbytes / median / 1e9
-        print(json.dumps({"ranks": comm.size, "floats": n, "bytes": nbytes, "buckets": len(buckets),
-                          "median_ms": median * 1e3, "best_ms": best * 1e3, "bus_GBps": bus,
-                          "latency_us": float(np.median(lat)) * 1e6}))  # fmt: skip
+    for n in sizes:
+        buckets = [np.ones(min(BUCKET, n - s), np.float32) for s in range(0, n, BUCKET)]
+        for b in buckets:
+            comm.Allreduce(MPI.IN_PLACE, b)
+        times = []
+        for _ in range(reps if n > 10**5 else 20 * reps):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            MPI.Request.Waitall([comm.Iallreduce(MPI.IN_PLACE, b) for b in buckets])
+            times.append(time.perf_counter() - t0)
+        if comm.rank == 0:
+            median = float(np.median(times))
+            # a ring Allreduce moves 2 (p-1)/p of the buffer through each rank's link
+            bus = 2 * (comm.size - 1) / comm.size * 4 * n / median / 1e9
+            print(json.dumps({"ranks": comm.size, "floats": n, "bytes": 4 * n, "buckets": len(buckets),
+                              "median_ms": median * 1e3, "best_ms": min(times) * 1e3, "bus_GBps": bus}))  # fmt: skip
 
 
-def run_allreduce(ranks: int, n: int, reps: int) -> dict[str, float]:
-    cmd = [mpiexec(), "-n", str(ranks), sys.executable, __file__, "--_allreduce", str(n), "--reps", str(reps)]
+def run_allreduce(ranks: int, sizes: list[int], reps: int) -> list[dict[str, float]]:
+    cmd = [mpiexec(), "-n", str(ranks), sys.executable, __file__, "--_allreduce", ",".join(map(str, sizes)),
+           "--reps", str(reps)]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def main() -> None:
@@ -86,24 +83,40 @@ def main() -> None:
     ap.add_argument("--models", default="mlp:small:200,nanogpt:tiny:40", help="model:preset:steps,...")
     ap.add_argument("--allreduce-only", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--_allreduce", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--core-for-core", action="store_true",
+                    help="give the 1-rank run only the cores of one rank (cores / ranks threads)")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of 1 and N ranks; the best counts")
+    ap.add_argument("--_allreduce", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._allreduce:
-        allreduce(args._allreduce, args.reps)
+        allreduce([int(n) for n in args._allreduce.split(",")], args.reps)
         return
     if not args.allreduce_only:
         for spec in args.models.split(","):
             model, preset, steps = spec.split(":")
-            one = train(model, preset, 1, int(steps), args.device)
-            many = train(model, preset, args.ranks, int(steps), args.device)
-            print(f"{model} {preset} on {args.device}: 1 rank {1000 / one['ms']:.1f} steps/s ({one['ms']:.1f} ms), "
+            runs: dict[int, list[dict[str, float]]] = {1: [], args.ranks: []}
+            for _ in range(args.rounds):  # alternating: a neighbour's load on a shared machine hits both alike
+                for n in runs:
+                    threads = max(1, (os.cpu_count() or 1) // args.ranks) if args.core_for_core and n == 1 else None
+                    runs[n].append(train(model, preset, n, int(steps), args.device, threads))
+            one, many = (min(runs[n], key=lambda r: r["ms"]) for n in (1, args.ranks))
+            per_rank = max(1, (os.cpu_count() or 1) // args.ranks)
+            how = f"1 rank on {per_rank} thread(s)" if args.core_for_core else "1 rank"
+            print(f"{model} {preset} on {args.device}, {how}: {1000 / one['ms']:.1f} steps/s ({one['ms']:.1f} ms), "
                   f"{args.ranks} ranks {1000 / many['ms']:.1f} steps/s ({many['ms']:.1f} ms, of it comm "
                   f"{many['comm_ms']:.1f} ms); speed-up {one['ms'] / many['ms']:.2f}x; "
                   f"final loss {one['loss']:.5f} vs {many['loss']:.5f}")  # fmt: skip
-    r = run_allreduce(args.ranks, NANOGPT_FULL, args.reps)
-    print(f"Allreduce of {r['floats'] / 1e6:.1f}M float32 ({r['bytes'] / 1e6:.1f} MB, {r['buckets']} buckets) on "
-          f"{r['ranks']} ranks: median {r['median_ms']:.1f} ms (best {r['best_ms']:.1f}), bus bandwidth "
-          f"{r['bus_GBps']:.2f} GB/s; latency of a 4-byte Allreduce {r['latency_us']:.1f} us")  # fmt: skip
+    sweep = run_allreduce(args.ranks, [1, 1000, 100_000, 1_000_000, NANOGPT_FULL], args.reps)
+    for r in sweep:
+        print(f"Allreduce of {r['floats']:>10,} float32 ({r['bytes'] / 1e6:8.3f} MB, {r['buckets']} bucket(s)) on "
+              f"{r['ranks']} ranks: median {r['median_ms']:8.3f} ms (best {r['best_ms']:.3f}), bus bandwidth "
+              f"{r['bus_GBps']:.2f} GB/s")  # fmt: skip
+    # t(bytes) = latency + bytes / bandwidth, fitted over the sweep (the model docs/SCALING.md projects with)
+    x = np.array([r["bytes"] for r in sweep], float)
+    y = np.array([r["median_ms"] / 1e3 for r in sweep])
+    slope, intercept = np.polyfit(x, y, 1, w=1 / y)
+    print(f"fit: latency {intercept * 1e6:.1f} us + {1e-9 / slope:.2f} GB/s of buffer; nanogpt full's gradient "
+          f"{sweep[-1]['median_ms']:.1f} ms per exchange")  # fmt: skip
 
 
 if __name__ == "__main__":
