@@ -396,6 +396,9 @@ def _train(
                  + (f"  params {parameters}" if parameters else ""))  # fmt: skip
         if note:
             info(note)
+        if world is not None and float(config.get("dropout") or 0) > 0:
+            info(f"note: dropout {config['dropout']} draws the same masks on every rank's shard (the device "
+                 "generator's stream is not offset by the shard yet): the curve is not the 1-process one")  # fmt: skip
         if saved is not None:
             info(f"resuming {saved.path} at step {start}")
         if folder is not None:
