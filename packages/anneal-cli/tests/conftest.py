@@ -97,3 +97,15 @@ def offline_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         shutil.copy(shared_data_dir(__file__) / name / file, cache / "data" / name)
     monkeypatch.setenv("ANNEAL_CACHE_DIR", str(cache))
     monkeypatch.setenv("ANNEAL_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium, headless, through Playwright (a missing browser fails the test: see browser.py)."""
+    from browser import chromium_path
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        yield launched
+        launched.close()

@@ -4,9 +4,7 @@ Playwright). The page's numbers are checked against the compiler's own answers (
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import Page
 from click.testing import CliRunner
 
 from anneal_cli.main import AnnealGroup
@@ -56,7 +55,7 @@ def test_export_is_one_page_with_the_real_kernels(exported: Path, cli: AnnealGro
     doc = _data(page)
     assert len(doc["kernels"]) == _kernel_count(cli, runner)
     assert doc["phases"]["forward"] > 0 and doc["phases"]["backward"] > 0
-    assert "src=" not in page and "href=" not in page  # everything inline: nothing is fetched
+    assert not re.findall(r'(?:src|href)="(?!data:)', page)  # everything inline: nothing is fetched
 
 
 def test_page_text_cannot_end_its_scripts_early() -> None:
@@ -104,49 +103,7 @@ def test_serves_on_loopback_only(served: str, cli: AnnealGroup, runner: CliRunne
         assert _data(response.read().decode())["kernels"] == doc["kernels"]
 
 
-# ---- in the browser ----
-def _chromium() -> str:
-    found = os.environ.get("ANNEAL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.fail("no Chromium: install Debian's (apt-get install chromium) or set ANNEAL_CHROMIUM")
-    return found
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
-class Page:
-    """A page that records console errors and every request it makes."""
-
-    def __init__(self, browser: Any, url: str, offline: bool = False) -> None:
-        self.context = browser.new_context(viewport={"width": 1300, "height": 850})
-        self.errors: list[str] = []
-        self.requests: list[str] = []
-        if offline:  # nothing but the file itself may load
-            self.context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                               else route.abort())  # fmt: skip
-        self.page = self.context.new_page()
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("request", lambda r: self.requests.append(r.url))
-        self.page.goto(url)
-        self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
-
-    def boxes(self) -> int:
-        return int(self.page.locator("#viewport g.unit").count())
-
-    def close(self) -> None:
-        assert self.errors == [], self.errors
-        self.context.close()
-
-
+# ---- in the browser (the browser fixture and Page: conftest.py, browser.py) ----
 def test_the_page_shows_the_real_graph_and_kernels(browser: Any, served: str, cli: AnnealGroup,
                                                    runner: CliRunner) -> None:  # fmt: skip
     view = Page(browser, served)

@@ -85,6 +85,7 @@ def build_cli() -> AnnealGroup:
     from anneal_cli.score_cmd import score
     from anneal_cli.train import train
     from anneal_cli.viz.command import viz
+    from anneal_cli.web.command import web
 
     @click.group(cls=AnnealGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.option(
@@ -107,6 +108,7 @@ def build_cli() -> AnnealGroup:
     cli.add_command(score)
     cli.add_command(gpt2)
     cli.add_command(viz)
+    cli.add_command(web)
     assert isinstance(cli, AnnealGroup)
     return cli
 

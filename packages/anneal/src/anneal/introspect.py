@@ -140,3 +140,33 @@ def explain(op_name: str) -> Explanation:
     tables = {"symbolic (index simplification)": symbolic, "vjp (reverse mode)": vjp_rules,
               "jvp (forward mode)": jvp_rules}  # fmt: skip
     return Explanation(op.name, {name: _rules_for(m, op) for name, m in tables.items()})
+
+
+def gradient_example(op_name: str) -> tuple[UOp, UOp] | None:
+    """A tiny graph of one op and the graph its VJP rule builds for its sources' gradients, over placeholder
+    inputs (x, y, c) and an upstream gradient g; None for ops without an example (or without a gradient)."""
+    from anneal_autodiff.vjp import vjp_rule
+    from anneal_ir import GroupOp, dtypes
+
+    op = Ops[op_name.upper()]
+
+    def placeholder(name: str, shape: tuple[int, ...] = (), dtype: Any = dtypes.float32) -> UOp:
+        u = UOp(Ops.DEFINE_VAR, dtype, (), (name, 0, 1))
+        return UOp(Ops.EXPAND, dtype, (UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape)),), shape) if shape else u
+
+    x = placeholder("x", (2, 3))
+    if op in GroupOp.Unary or op in GroupOp.Binary:
+        ret = x.alu(op, *(placeholder("y", (2, 3)),) * (op in GroupOp.Binary))
+    elif op is Ops.WHERE:
+        ret = UOp(Ops.WHERE, dtypes.float32, (placeholder("c", (2, 3), dtypes.bool), x, placeholder("y", (2, 3))))
+    elif op is Ops.REDUCE_AXIS:
+        ret = UOp(Ops.REDUCE_AXIS, dtypes.float32, (x,), (Ops.ADD, (1,)))
+    elif op is Ops.RESHAPE:
+        ret = UOp(Ops.RESHAPE, dtypes.float32, (x,), (6,))
+    elif op is Ops.PERMUTE:
+        ret = UOp(Ops.PERMUTE, dtypes.float32, (x,), (1, 0))
+    else:
+        return None
+    grads = vjp_rule(ret, placeholder("g", ret.shape or ()))
+    found = [g for g in grads if g is not None]
+    return (ret, UOp(Ops.SINK, src=tuple(found))) if found else None

@@ -1,0 +1,1 @@
+"""`anneal web`: the local studio, eight deep-linkable views over the same run folders as the CLI."""
