@@ -246,3 +246,14 @@ def test_a_hung_rank_is_named_after_the_timeout(mpiexec: str) -> None:
     errors = [line for line in err.splitlines() if line.startswith("anneal: error:")]
     assert len(errors) == 1, err
     assert "rank 1 did not reach" in errors[0] and "within 4 s" in errors[0]
+
+
+def test_rank_0_alone_draws_the_dashboard_when_the_launcher_has_a_terminal(mpiexec: str) -> None:
+    # --nproc adds --terminal when its own stdout is a terminal: rank 0's stdout is mpiexec's pipe
+    result = run([mpiexec, "-n", "2", *ANNEAL, "mlp", "--preset", "tiny", "--steps", "5", "--device", "cpu",
+                  "--terminal"])  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "\x1b[" in out and "anneal train mlp" in out and "ranks " in out  # drawn with a terminal's codes
+    assert out.count("trained mlp to step 5/5") == 1  # the dashboard's closing line, rank 0's alone
+    assert "model mlp  device" not in out  # not the plain header

@@ -292,8 +292,15 @@ def launch(nproc: int, argv: Sequence[str], echo: Callable[[str], None]) -> int:
     cmd = [mpiexec]
     if _is_hydra(mpiexec):  # keep the others running when one dies, so that they can say which one
         cmd.append("-disable-auto-cleanup")
+    argv = list(argv)
+    env = dict(os.environ)
+    isatty = getattr(sys.stdout, "isatty", None)
+    if callable(isatty) and isatty() and env.get("TERM") != "dumb" and not {"--plain", "--json"} & set(argv):
+        argv.append("--terminal")  # rank 0 draws the dashboard through mpiexec's pipe, at this terminal's size
+        size = shutil.get_terminal_size()
+        env.update(COLUMNS=str(size.columns), LINES=str(size.lines))
     cmd += ["-n", str(nproc), sys.executable, "-m", "anneal_cli.main", "train", *argv]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, bufsize=1)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
     relay = threading.Thread(target=_relay, args=(proc, echo), daemon=True)
     relay.start()
     try:

@@ -242,6 +242,7 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
     show_default=True,
     help="Data-parallel: seconds a rank waits for the others before it names the missing rank and exits 1.",
 )
+@click.option("--terminal", is_flag=True, hidden=True, help="--nproc's ranks: the launcher's stdout is a terminal.")
 def train(
     model: str,
     device: str,
@@ -260,6 +261,7 @@ def train(
     settings: tuple[str, ...],
     nproc: int | None,
     comm_timeout: float,
+    terminal: bool,
 ) -> None:
     """Train MODEL; hyperparameters default per model, a flag overrides only what it names.
 
@@ -290,8 +292,8 @@ def train(
 
             numpy_blas(single_threaded=True)
         _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
-               resume, dataset, settings, world)  # fmt: skip
-    except (click.UsageError, click.BadParameter) as exc:
+               resume, dataset, settings, world, terminal=terminal)  # fmt: skip
+    except (click.UsageError, CommandError) as exc:  # the same on every rank, or rank 0's alone (its run folder)
         if not quiet:
             exc.show()
         _exit(exc.exit_code)
@@ -349,6 +351,7 @@ def _train(
     dataset: str | None,
     settings: tuple[str, ...],
     world: distributed.World | None,
+    terminal: bool = False,
 ) -> None:
     entry = find_model(model)
     device, adapter_index = split_device(device)
@@ -365,7 +368,8 @@ def _train(
     resolved, _backend = get_backend(resolved)  # create it now, so a broken device fails first
     shown_device = resolved if adapter_index is None else f"{resolved}:{adapter_index}"
 
-    dashboard = wants_dashboard(plain, as_json) and lead
+    # under mpiexec rank 0's stdout is a pipe: --nproc says when the launcher's is a terminal
+    dashboard = (wants_dashboard(plain, as_json) or (terminal and not plain and not as_json)) and lead
     info: Callable[[str], None] = (lambda text: click.echo(text, err=as_json)) if lead else (lambda text: None)
     start = saved.step if saved else 0
 
@@ -434,7 +438,7 @@ def _train(
     try:
         if dashboard:
             run_dashboard(entry.name, shown_device, trainer, config, total, start, parameters, observers, run_args,
-                          saved)  # fmt: skip
+                          saved, force_terminal=terminal, ranks=world.size if world is not None else None)  # fmt: skip
         else:
             emit = (lambda r: click.echo(loop.json_line(r))) if as_json else (lambda r: click.echo(loop.plain_line(r)))
             loop.run(trainer, total, emit=emit if lead else (lambda r: None), observers=observers, **run_args)
@@ -502,12 +506,14 @@ def run_dashboard(
     observers: list[Any],
     run_args: dict[str, Any],
     saved: SavedRun | None,
+    force_terminal: bool = False,
+    ranks: int | None = None,
 ) -> None:
     from rich.console import Console
 
     from anneal_cli.dashboard import CompilerStats, Dashboard, seam_stats
 
-    console = Console()
+    console = Console(force_terminal=True) if force_terminal else Console()
     with console.status(f"compiling {model}'s step for the dashboard's statistics…"):
         try:
             seam = seam_stats(trainer, device)
@@ -515,7 +521,7 @@ def run_dashboard(
             seam = None
     compiler = CompilerStats.maybe(device, trainer, seam)
     history = [(r.step, r.loss, r.val) for r in saved.history] if saved else []
-    settings = [(k, config[k]) for k in SHOWN if k in config and k != "steps"]
+    settings = [(k, config[k]) for k in SHOWN if k in config and k != "steps"] + ([("ranks", ranks)] if ranks else [])
     dash = Dashboard(console, model=model, device=device, steps=total, start=start, settings=settings,
                      parameters=parameters, history=history, compiler=compiler)  # fmt: skip
     if compiler is not None:
