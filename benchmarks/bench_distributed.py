@@ -32,9 +32,11 @@ def mpiexec() -> str:
     return here if os.access(here, os.X_OK) else "mpiexec"
 
 
-def train(model: str, preset: str, ranks: int, steps: int, device: str, threads: int | None = None) -> dict[str, float]:
+def train(model: str, preset: str, ranks: int, steps: int, device: str, threads: int | None = None,
+          extra: tuple[str, ...] = ()) -> dict[str, float]:  # fmt: skip
     cmd = [sys.executable, "-m", "anneal_cli.main", "train", model, "--preset", preset, "--steps", str(steps),
-           "--log-every", str(steps // 2), "--eval-every", str(10**9), "--device", device, "--json"]  # fmt: skip
+           "--log-every", str(steps // 2), "--eval-every", str(10**9), "--device", device, "--json",
+           *extra]  # fmt: skip
     if ranks > 1:
         cmd = [mpiexec(), "-n", str(ranks), *cmd]
     env = dict(os.environ)
@@ -85,6 +87,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--core-for-core", action="store_true",
                     help="give the 1-rank run only the cores of one rank (cores / ranks threads)")  # fmt: skip
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to anneal train (e.g. --set dropout=0: dropout makes the curves differ)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of 1 and N ranks; the best counts")
     ap.add_argument("--_allreduce", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -98,7 +102,8 @@ def main() -> None:
             for _ in range(args.rounds):  # alternating: a neighbour's load on a shared machine hits both alike
                 for n in runs:
                     threads = max(1, (os.cpu_count() or 1) // args.ranks) if args.core_for_core and n == 1 else None
-                    runs[n].append(train(model, preset, n, int(steps), args.device, threads))
+                    extra = tuple(a for kv in args.settings for a in ("--set", kv))
+                    runs[n].append(train(model, preset, n, int(steps), args.device, threads, extra))
             one, many = (min(runs[n], key=lambda r: r["ms"]) for n in (1, args.ranks))
             per_rank = max(1, (os.cpu_count() or 1) // args.ranks)
             how = f"1 rank on {per_rank} thread(s)" if args.core_for_core else "1 rank"
