@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from anneal import random as _random
+from anneal import special
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
 from anneal.registry import resolve_device
 from anneal_ir import DType, Ops, UOp, dtypes, promote_types
@@ -516,6 +517,19 @@ class Tensor:
     def __xor__(self, o: Any) -> Tensor:
         return self._binary(Ops.XOR, o, "xor")
 
+    def __rand__(self, o: Any) -> Tensor:
+        return self._binary(Ops.AND, o, "and", reverse=True)
+
+    def __ror__(self, o: Any) -> Tensor:
+        return self._binary(Ops.OR, o, "or", reverse=True)
+
+    def __rxor__(self, o: Any) -> Tensor:
+        return self._binary(Ops.XOR, o, "xor", reverse=True)
+
+    def __rmod__(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "remainder", reverse=True)
+        return a % b
+
     def __lshift__(self, o: Any) -> Tensor:
         return self._shift(Ops.SHL, o, "lshift")
 
@@ -590,6 +604,105 @@ class Tensor:
 
     def tan(self) -> Tensor:
         return self.sin() / self.cos()
+
+    # inverse trigonometric and hyperbolic functions: anneal.special, each with its exact derivative
+    def atan(self) -> Tensor:
+        return special.atan(self)
+
+    def asin(self) -> Tensor:
+        return special.asin(self)
+
+    def acos(self) -> Tensor:
+        return special.acos(self)
+
+    def sinh(self) -> Tensor:
+        return special.sinh(self)
+
+    def cosh(self) -> Tensor:
+        return special.cosh(self)
+
+    def asinh(self) -> Tensor:
+        return special.asinh(self)
+
+    def acosh(self) -> Tensor:
+        return special.acosh(self)
+
+    def atanh(self) -> Tensor:
+        return special.atanh(self)
+
+    def log1p(self) -> Tensor:
+        return special.log1p(self)
+
+    def expm1(self) -> Tensor:
+        return special.expm1(self)
+
+    def log10(self) -> Tensor:
+        return self.log2() * math.log10(2)
+
+    def logaddexp(self, o: Any) -> Tensor:
+        a, b = self._operands(o, "logaddexp")
+        return special.logaddexp(a._float(), b._float())
+
+    def copysign(self, o: Any) -> Tensor:
+        """|self| with the sign of o (including -0.0's), as torch.copysign: a float result."""
+        a, b = self._operands(o, "copysign")
+        return special.copysign(a._float(), b._float())
+
+    def fmod(self, o: Any) -> Tensor:
+        """C's remainder: the sign of the dividend (x % y takes the divisor's), as torch.fmod."""
+        a, b = self._operands(o, "fmod")
+        r = a % b
+        r = where((r != 0) & ((r < 0) != (a < 0)), r - b, r)
+        return where(b.isinf() & a.isfinite(), a, r) if r.dtype.is_float else r  # fmod(x, inf) is x
+
+    def lerp(self, end: Any, weight: Any) -> Tensor:
+        """self + weight * (end - self), computed from the nearer end as torch does (exact at weight 0 and 1)."""
+        start, stop = self._operands(end, "lerp")
+        w = weight if isinstance(weight, Tensor) else Tensor.full((), weight, start.dtype, start.device)
+        return where(w < 0.5, start + w * (stop - start), stop - (stop - start) * (1 - w))
+
+    # ---- classification of values ----
+    def isnan(self) -> Tensor:
+        if not self.dtype.is_float:
+            return self != self  # never true for an integer
+        # by the bits: GPU shader compilers may assume finite math and fold x != x to false
+        exponent, magnitude = self._float_bits()
+        return magnitude > exponent
+
+    def isinf(self) -> Tensor:
+        if not self.dtype.is_float:
+            return self != self
+        exponent, magnitude = self._float_bits()
+        return magnitude == exponent
+
+    def _float_bits(self) -> tuple[int, Tensor]:
+        """(the all-ones exponent with a zero mantissa, |self|'s bits) as unsigned integers of self's width."""
+        width = {2: (dtypes.uint16, 0x7C00, 0x7FFF), 4: (dtypes.uint32, 0x7F800000, 0x7FFFFFFF),
+                 8: (dtypes.uint64, 0x7FF0000000000000, 0x7FFFFFFFFFFFFFFF)}  # fmt: skip
+        if self.dtype == dtypes.bfloat16:
+            return 0x7F80, self.bitcast(dtypes.uint16) & 0x7FFF
+        uint, inf_bits, mask = width[self.dtype.itemsize]
+        return inf_bits, self.bitcast(uint) & mask
+
+    def isfinite(self) -> Tensor:
+        if not self.dtype.is_float:
+            return self == self
+        return (self.isnan() | self.isinf()).logical_not()
+
+    def isclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+        """|self - other| <= atol + rtol * |other|, infinities equal only to themselves, as torch.isclose."""
+        a, b = self._operands(other, "isclose")
+        if not a.dtype.is_float:
+            return (a - b).abs() <= atol + rtol * b.abs() if atol or rtol else a == b
+        nan = a.isnan() | b.isnan()  # tested by the bits: a == b may hold for NaN on a GPU (see isnan)
+        close = (a == b) | (a.isfinite() & b.isfinite() & ((a - b).abs() <= atol + rtol * b.abs()))
+        close = close & nan.logical_not()
+        return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+    def bitwise_not(self) -> Tensor:
+        if self.dtype.is_float:
+            raise TypeError(f"bitwise_not: needs an integer or bool tensor, got {self.dtype.name}")
+        return ~self
 
     def trunc(self) -> Tensor:
         return self._alu(Ops.TRUNC) if self.dtype.is_float else self

@@ -1,0 +1,165 @@
+"""The elementwise math of issue 18 against torch: inverse trigonometric and hyperbolic functions, log1p,
+expm1, log10, logaddexp, copysign, fmod, lerp, the value tests (isnan, isinf, isfinite, isclose),
+bitwise_not and the reflected integer operators. Forward values (NaN where torch's are), dtypes and
+gradients (read after a value, as PyTorch users do), at ordinary points and at the edges (0, +-1, inf, NaN)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from devices import DEV
+
+from anneal import Tensor
+
+RTOL, ATOL = 2e-5, 1e-6  # float32; each op is a composition of a few roundings
+EDGES = [0.0, -0.0, 1e-7, -1e-7, np.inf, -np.inf, np.nan]
+
+
+def _grid(lo: float, hi: float, n: int = 37, edges: bool = True) -> np.ndarray:
+    points = np.linspace(lo, hi, n)
+    return np.concatenate([points, EDGES] if edges else [points]).astype(np.float32)
+
+
+UNARY: list[tuple[str, np.ndarray, np.ndarray]] = [
+    # op, values at which forward values are compared, points (away from singularities) for gradients
+    ("atan", _grid(-30, 30), _grid(-30, 30, edges=False)),
+    ("asin", _grid(-1.2, 1.2), _grid(-0.95, 0.95, edges=False)),
+    ("acos", _grid(-1.2, 1.2), _grid(-0.95, 0.95, edges=False)),
+    ("sinh", _grid(-9, 9), _grid(-9, 9, edges=False)),
+    ("cosh", _grid(-9, 9), _grid(-9, 9, edges=False)),
+    ("asinh", np.concatenate([_grid(-50, 50), [1e9, -1e9, 3e-5]]).astype(np.float32), _grid(-50, 50, edges=False)),
+    ("acosh", np.concatenate([_grid(1, 40), [0.5, 1e9]]).astype(np.float32), _grid(1.05, 40, edges=False)),
+    ("atanh", _grid(-1.2, 1.2), _grid(-0.95, 0.95, edges=False)),
+    ("log1p", np.concatenate([_grid(-1, 20), [1e-4, -0.9999]]).astype(np.float32), _grid(-0.9, 20, edges=False)),
+    ("expm1", _grid(-20, 20), _grid(-20, 20, edges=False)),
+    ("log10", np.abs(_grid(0, 1e4)), _grid(0.01, 1e4, edges=False)),
+]
+
+
+def _close(got: np.ndarray, exp: np.ndarray, what: str) -> None:
+    np.testing.assert_allclose(got, exp, rtol=RTOL, atol=ATOL, equal_nan=True, err_msg=what)
+
+
+@pytest.mark.parametrize("name, values, points", UNARY, ids=[u[0] for u in UNARY])
+def test_unary_values_and_gradients_match_torch(name: str, values: np.ndarray, points: np.ndarray) -> None:
+    got = getattr(Tensor(values, device=DEV), name)()
+    exp = getattr(torch.from_numpy(values), name)()
+    assert got.dtype.name == str(exp.dtype).removeprefix("torch.")
+    _close(got.numpy(), exp.numpy(), f"{name} values")
+
+    weights = np.random.default_rng(0).uniform(0.5, 1.5, points.shape).astype(np.float32)
+    a = Tensor(points, device=DEV, requires_grad=True)
+    t = torch.tensor(points, requires_grad=True)
+    ya, yt = getattr(a, name)(), getattr(t, name)()
+    ya.numpy()  # read a value first, then differentiate
+    (ya * Tensor(weights, device=DEV)).sum().backward()
+    (yt * torch.from_numpy(weights)).sum().backward()
+    assert a.grad is not None and t.grad is not None
+    _close(a.grad.numpy(), t.grad.numpy(), f"{name} gradient")
+
+
+@pytest.mark.parametrize("name", ["atan", "sinh", "asinh", "log1p", "log10"])
+def test_integer_inputs_give_the_default_float(name: str) -> None:
+    data = np.array([0, 1, 3], np.int32)
+    got = getattr(Tensor(data, device=DEV), name)()
+    exp = getattr(torch.from_numpy(data), name)()
+    assert got.dtype.name == "float32" == str(exp.dtype).removeprefix("torch.")
+    _close(got.numpy(), exp.numpy(), name)
+
+
+def _pair() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-6, 6, (5, 7)).astype(np.float32)
+    b = rng.uniform(-6, 6, (5, 7)).astype(np.float32)
+    b[0, :4] = [0.0, -0.0, np.inf, -np.inf]
+    a[1, :3] = [np.inf, -np.inf, np.nan]
+    b[1, :3] = [np.inf, -np.inf, 2.0]
+    return a, b
+
+
+BINARY: list[tuple[str, Callable[..., Any], bool]] = [
+    ("logaddexp", lambda x, y: x.logaddexp(y), True),
+    ("copysign", lambda x, y: x.copysign(y), True),
+    ("fmod", lambda x, y: x.fmod(y), True),
+    ("lerp", lambda x, y: x.lerp(y, 0.3), True),
+    ("lerp_tensor_weight", lambda x, y: x.lerp(y, (y - y.floor()) * 0.9), True),
+]
+
+
+@pytest.mark.parametrize("name, fn, grads", BINARY, ids=[b[0] for b in BINARY])
+def test_binary_values_and_gradients_match_torch(name: str, fn: Callable[..., Any], grads: bool) -> None:
+    a, b = _pair()
+    got = fn(Tensor(a, device=DEV), Tensor(b, device=DEV))
+    _close(got.numpy(), fn(torch.from_numpy(a), torch.from_numpy(b)).numpy(), f"{name} values")
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-4, 4, (4, 6)).astype(np.float32)
+    y = rng.uniform(0.5, 4, (4, 6)).astype(np.float32) * np.sign(rng.uniform(-1, 1, (4, 6))).astype(np.float32)
+    ax, ay = Tensor(x, device=DEV, requires_grad=True), Tensor(y, device=DEV, requires_grad=True)
+    tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+    fn(ax, ay).sum().backward()
+    fn(tx, ty).sum().backward()
+    for got, exp, which in ((ax.grad, tx.grad, "x"), (ay.grad, ty.grad, "y")):
+        expected = np.zeros_like(x) if exp is None else exp.numpy()
+        assert got is not None
+        _close(got.numpy(), expected, f"{name} gradient of {which}")
+
+
+def test_fmod_of_integers_keeps_the_dividends_sign() -> None:
+    a = np.array([7, -7, 7, -7, 0, 5], np.int32)
+    b = np.array([3, 3, -3, -3, 4, 5], np.int32)
+    got = Tensor(a, device=DEV).fmod(Tensor(b, device=DEV))
+    exp = torch.from_numpy(a).fmod(torch.from_numpy(b))
+    assert got.dtype.name == "int32" and got.numpy().tolist() == exp.tolist()
+
+
+def test_value_tests_match_torch() -> None:
+    data = np.array([0.0, -1.5, np.inf, -np.inf, np.nan, 3e38], np.float32)
+    a, t = Tensor(data, device=DEV), torch.from_numpy(data)
+    for name in ("isnan", "isinf", "isfinite"):
+        got, exp = getattr(a, name)(), getattr(t, name)()
+        assert got.dtype.name == "bool" and got.numpy().tolist() == exp.tolist(), name
+    ints = np.array([0, -3, 7], np.int32)
+    for name in ("isnan", "isinf", "isfinite"):
+        exp = getattr(torch.from_numpy(ints), name)()
+        assert getattr(Tensor(ints, device=DEV), name)().numpy().tolist() == exp.tolist()
+
+
+@pytest.mark.parametrize("equal_nan", [False, True])
+def test_isclose_matches_torch(equal_nan: bool) -> None:
+    a = np.array([1.0, 1.0, np.inf, np.inf, -np.inf, np.nan, 0.0, 1e-9, 100.0], np.float32)
+    b = np.array([1.0 + 1e-6, 1.1, np.inf, 1.0, np.inf, np.nan, 1e-9, 0.0, 100.001], np.float32)
+    got = Tensor(a, device=DEV).isclose(Tensor(b, device=DEV), equal_nan=equal_nan)
+    exp = torch.from_numpy(a).isclose(torch.from_numpy(b), equal_nan=equal_nan)
+    assert got.numpy().tolist() == exp.tolist()
+    got = Tensor(a, device=DEV).isclose(Tensor(b, device=DEV), rtol=0.2, atol=0.0)
+    assert got.numpy().tolist() == torch.from_numpy(a).isclose(torch.from_numpy(b), rtol=0.2, atol=0.0).tolist()
+
+
+def test_bitwise_not_and_reflected_integer_operators() -> None:
+    data = np.array([0, 1, -6, 2**31 - 1], np.int32)
+    a, t = Tensor(data, device=DEV), torch.from_numpy(data)
+    assert a.bitwise_not().numpy().tolist() == t.bitwise_not().tolist()
+    flags = np.array([True, False]), torch.tensor([True, False])
+    assert Tensor(flags[0], device=DEV).bitwise_not().numpy().tolist() == flags[1].bitwise_not().tolist()
+    with pytest.raises(TypeError, match="bitwise_not"):
+        Tensor(np.ones(2, np.float32), device=DEV).bitwise_not()
+    for op in (lambda x: 6 & x, lambda x: 6 | x, lambda x: 6 ^ x, lambda x: 7 % x.clip(1, None)):
+        got, exp = op(a), op(t)
+        assert got.numpy().tolist() == exp.tolist() and got.dtype.name == str(exp.dtype).removeprefix("torch.")
+    floats = np.array([1.5, -2.5, 4.0], np.float32)
+    _close((7 % Tensor(floats, device=DEV)).numpy(), (7 % torch.from_numpy(floats)).numpy(), "7 % x")
+
+
+def test_second_order_through_a_gradient_rule() -> None:
+    x = np.array([0.3, -0.7, 2.0], np.float32)
+    a = Tensor(x, device=DEV, requires_grad=True)
+    t = torch.tensor(x, requires_grad=True)
+    (ga,) = a.atan().sum().gradient(a)
+    (gt,) = torch.autograd.grad(t.atan().sum(), t, create_graph=True)
+    (gga,) = ga.sum().gradient(a)
+    (ggt,) = torch.autograd.grad(gt.sum(), t)
+    _close(gga.numpy(), ggt.numpy(), "d2 atan")
