@@ -163,3 +163,27 @@ def test_second_order_through_a_gradient_rule() -> None:
     (gga,) = ga.sum().gradient(a)
     (ggt,) = torch.autograd.grad(gt.sum(), t)
     _close(gga.numpy(), ggt.numpy(), "d2 atan")
+
+
+@pytest.mark.parametrize("exponent", [3.0, 2.5, -1.5, 0.0, 1.0])
+def test_pow_at_zero_and_infinity_matches_torch(exponent: float) -> None:
+    x = np.array([0.0, 0.5, 2.0, np.inf, 3.0], np.float32)
+    a, t = Tensor(x, device=DEV, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ya, yt = a.pow(exponent), t.pow(exponent)
+    _close(ya.numpy(), yt.detach().numpy(), f"x ** {exponent}")
+    ya.sum().backward()
+    yt.sum().backward()
+    assert a.grad is not None and t.grad is not None
+    _close(a.grad.numpy(), t.grad.numpy(), f"d/dx x ** {exponent}")
+
+
+def test_pow_gradient_of_the_exponent_matches_torch() -> None:
+    base = np.array([0.0, 0.5, 2.0, 3.0], np.float32)
+    exp = np.array([2.0, 1.5, -1.0, 0.0], np.float32)
+    a, b = Tensor(base, device=DEV, requires_grad=True), Tensor(exp, device=DEV, requires_grad=True)
+    ta, tb = torch.tensor(base, requires_grad=True), torch.tensor(exp, requires_grad=True)
+    a.pow(b).sum().backward()
+    ta.pow(tb).sum().backward()
+    assert a.grad is not None and b.grad is not None and ta.grad is not None and tb.grad is not None
+    _close(a.grad.numpy(), ta.grad.numpy(), "d/da")
+    _close(b.grad.numpy(), tb.grad.numpy(), "d/db")

@@ -378,9 +378,12 @@ def drop_unused_arguments(ast: UOp, slots: list[int]) -> tuple[UOp, tuple[int, .
     used = sorted({n.arg for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL})
     if used == list(range(len(slots))):
         return ast, tuple(slots)
-    renumber = {UOp(Ops.DEFINE_GLOBAL, n.dtype, (), n.arg): UOp(Ops.DEFINE_GLOBAL, n.dtype, (), used.index(n.arg))
-                for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL}  # fmt: skip
-    return substitute(ast, renumber), tuple(slots[i] for i in used)
+    # Through temporary (negative) numbers: substitute rewrites to a fixed point, so mapping 3 -> 2 and 2 -> 1
+    # at once would carry 3 on to 1 (two inputs merged into one).
+    globals_ = [n for n in ast.toposort() if n.op is Ops.DEFINE_GLOBAL]
+    parked = substitute(ast, {n: n.replace(arg=-1 - used.index(n.arg)) for n in globals_})
+    final = {n.replace(arg=-1 - used.index(n.arg)): n.replace(arg=used.index(n.arg)) for n in globals_}
+    return substitute(parked, final), tuple(slots[i] for i in used)
 
 
 def _reads_elsewhere(ast: UOp, slot_arg: int) -> bool:

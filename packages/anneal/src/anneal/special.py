@@ -183,3 +183,32 @@ def _copysign(a: Tensor, b: Tensor) -> Tensor:
 
 def _copysign_gradient(g: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     return g * a.sign() * _copysign(a.sign() + (a == 0), b).sign(), b.zeros_like()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + e^-x); its derivative s (1 - s) stays finite where e^-x overflows (x = -300)."""
+    x = x._float()
+    return with_gradient((1 + (-x).exp()).reciprocal(), (x,), _sigmoid_gradient)
+
+
+def _sigmoid_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
+    s = sigmoid(x)
+    return (g * s * (1 - s),)
+
+
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + e^(beta x)) / beta, linear above threshold as torch; finite everywhere (softplus(350) = 350)."""
+    from anneal.tensor import where
+
+    x = x._float()
+    bx = x * beta
+    stable = bx.maximum(0) + log1p((-bx.abs()).exp())
+    return with_gradient(where(bx > threshold, x, stable / beta), (x,), _softplus_gradient, beta=beta,
+                         threshold=threshold)  # fmt: skip
+
+
+def _softplus_gradient(g: Tensor, x: Tensor, *, beta: float, threshold: float) -> tuple[Tensor]:
+    from anneal.tensor import where
+
+    bx = x * beta
+    return (where(bx > threshold, g, g * sigmoid(bx)),)

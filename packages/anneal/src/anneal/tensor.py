@@ -15,6 +15,7 @@ import numpy as np
 
 from anneal import random as _random
 from anneal import special
+from anneal.composite import with_gradient
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
 from anneal.registry import resolve_device
 from anneal_ir import DType, Ops, UOp, dtypes, promote_types
@@ -732,7 +733,7 @@ class Tensor:
         return self * self
 
     def sigmoid(self) -> Tensor:
-        return (1 + (-self._float()).exp()).reciprocal()
+        return special.sigmoid(self)
 
     def tanh(self) -> Tensor:
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
@@ -755,8 +756,8 @@ class Tensor:
             return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
         return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
 
-    def softplus(self, beta: float = 1.0) -> Tensor:
-        return (1 + (self * beta).exp()).log() / beta
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+        return special.softplus(self, beta, threshold)
 
     def maximum(self, o: Any) -> Tensor:
         return self._binary(Ops.MAX, o, "maximum")
@@ -791,8 +792,10 @@ class Tensor:
                 return self.sqrt()
             if o == -1:
                 return self.reciprocal()
-            if o == 0:
+            if o == 0 and not self.dtype.is_float:
                 return self.ones_like()
+            if o == 0:  # still a function of self (a zero gradient, as torch), not a constant
+                return with_gradient(self.ones_like(), (self,), _zero_gradient)
         a, b = self._operands(o, "pow")
         if a.dtype.is_int and isinstance(o, int) and o > 0:
             out = a
@@ -800,12 +803,14 @@ class Tensor:
                 out = out * a
             return out
         a, b = a._float(), b._float()
-        mag = (b * a.abs().log2()).exp2()
+        # a zero base by hand: WGSL leaves log2(0) undefined (lavapipe does not give -inf)
+        mag = where(a == 0, where(b < 0, math.inf, 0.0), (b * a.abs().log2()).exp2())
         odd = (b.abs() % 2) == 1
         is_int = b == b.trunc()
         neg = a < 0
         res = where(neg, where(is_int, where(odd, -mag, mag), math.nan), mag)
-        return where((a == 0) & (b == 0), 1.0, res)
+        # differentiated as b a^(b-1) (exp2 and log2's derivatives would give 0 * inf = NaN at a = 0), as torch
+        return with_gradient(where((a == 0) & (b == 0), 1.0, res), (a, b), _pow_gradient)
 
     # ---- movement ----
     def reshape(self, *shape: Any) -> Tensor:
@@ -1156,6 +1161,17 @@ def _move(x: Tensor, src: int, dst: int) -> Tensor:
     s, d = _norm_dim(src, x.ndim), _norm_dim(dst, x.ndim)
     order.insert(d, order.pop(s))
     return x.permute(order)
+
+
+def _zero_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (x.zeros_like(),)
+
+
+def _pow_gradient(g: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's: d/da = b a^(b-1); d/db = a^b log(a), 0 where a = 0 and b >= 0."""
+    da = g * b * a.pow(b - 1)
+    db = where((a == 0) & (b >= 0), 0.0, g * a.pow(b) * a.log())
+    return da, db  # a and b are broadcast to one shape already: their broadcasts are differentiated as usual
 
 
 def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names

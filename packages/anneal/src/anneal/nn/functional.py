@@ -13,26 +13,74 @@ from typing import Any
 
 from anneal import random as _random
 from anneal.composite import with_gradient
+from anneal.nn.activations import (
+    celu,
+    elu,
+    group_norm,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    logsigmoid,
+    mish,
+    normalize,
+    relu6,
+    selu,
+    sigmoid,
+    softmin,
+    softplus,
+    softsign,
+)
+from anneal.nn.losses import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    l1_loss,
+    legacy_reduction,
+    nll_loss,
+    reduce_loss,
+    smooth_l1_loss,
+)
 from anneal.tensor import Tensor, cat, where
 from anneal.tensor import one_hot as _one_hot
 from anneal_ir import DType, dtypes
 
 __all__ = [
     "avg_pool2d",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "celu",
     "conv2d",
     "cross_entropy",
+    "dropout",
+    "elu",
     "embedding",
     "gelu",
+    "group_norm",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "l1_loss",
     "layer_norm",
     "linear",
     "log_softmax",
+    "logsigmoid",
     "max_pool2d",
+    "mish",
+    "mse_loss",
+    "nll_loss",
+    "normalize",
     "one_hot",
     "pad",
     "relu",
+    "relu6",
     "scaled_dot_product_attention",
+    "selu",
+    "sigmoid",
     "silu",
+    "smooth_l1_loss",
     "softmax",
+    "softmin",
+    "softplus",
+    "softsign",
 ]
 
 IntOrPair = int | Sequence[int]
@@ -309,12 +357,53 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     return _one_hot(tensor, num_classes)
 
 
-def _legacy_reduction(size_average: bool | None, reduce: bool | None, reduction: str) -> str:
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    return "mean" if size_average and reduce else "sum" if reduce else "none"
+def _class_weight(weight: Tensor | None, logp: Tensor, cdim: int, name: str) -> Tensor | None:
+    c = logp.shape[cdim]
+    if weight is None:
+        return None
+    if weight.shape != (c,):
+        raise ValueError(f"{name}: weight shape {weight.shape} must be ({c},) for input shape {logp.shape}")
+    bshape = [1] * logp.ndim
+    bshape[cdim] = c
+    return weight.cast(logp.dtype).reshape(bshape)
+
+
+def _class_terms(logp: Tensor, target: Tensor, w: Tensor | None, ignore_index: int, cdim: int,
+                 name: str) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """Per target: -w[t] logp[t] (0 where ignored), the weight w[t] (0 where ignored), and whether it counts."""
+    expected = logp.shape[:cdim] + logp.shape[cdim + 1 :]
+    if target.shape != expected:
+        raise ValueError(f"{name}: class-index target shape {target.shape} must be {expected} for input shape "
+                         f"{logp.shape}")  # fmt: skip
+    c = logp.shape[cdim]
+    bshape = [1] * logp.ndim
+    bshape[cdim] = c
+    keep = target != ignore_index
+    classes = Tensor.arange(c, device=logp.device).reshape(bshape)
+    hit = (target.unsqueeze(cdim) == classes) & keep.unsqueeze(cdim)  # (input shape), all False where ignored
+    nll = -where(hit, logp, 0.0).sum(cdim)  # 0 where ignored
+    wt = keep.cast(logp.dtype) if w is None else where(hit, w, 0.0).sum(cdim)  # weight of each target, 0 if ignored
+    return (nll if w is None else nll * wt), wt, keep
+
+
+def _reduce_nll(nll: Tensor, wt: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return nll
+    return nll.sum() if reduction == "sum" else nll.sum() / wt.sum()  # mean: over the targets' total weight
+
+
+def class_nll(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str,
+              name: str) -> Tensor:  # fmt: skip
+    """nll_loss: class-index targets against log-probabilities over dim 1 (or 0 for a 1-d input)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{name}: {reduction!r} is not a valid reduction")
+    if logp.ndim == 0:
+        raise ValueError(f"{name}: input must have at least 1 dim (classes)")
+    if target.dtype.is_float:
+        raise TypeError(f"{name}: target must hold class indices (an integer tensor), got {target.dtype.name}")
+    cdim = 0 if logp.ndim == 1 else 1
+    nll, wt, _ = _class_terms(logp, target, _class_weight(weight, logp, cdim, name), ignore_index, cdim, name)
+    return _reduce_nll(nll, wt, reduction)
 
 
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
@@ -322,7 +411,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:  # fmt: skip
     """log_softmax over the class dim (1, or 0 for a 1-d input) + NLL, with torch's weight, ignore_index,
     label_smoothing and reduction semantics; target holds class indices or class probabilities."""
-    reduction = _legacy_reduction(size_average, reduce, reduction)
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: {reduction!r} is not a valid reduction")
     if not 0.0 <= label_smoothing <= 1.0:
@@ -332,13 +421,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
     cdim = 0 if input.ndim == 1 else 1
     c = input.shape[cdim]
     logp = input.log_softmax(cdim)
-    bshape = [1] * input.ndim
-    bshape[cdim] = c
-    w = None
-    if weight is not None:
-        if weight.shape != (c,):
-            raise ValueError(f"cross_entropy: weight shape {weight.shape} must be ({c},) for input shape {input.shape}")
-        w = weight.cast(logp.dtype).reshape(bshape)
+    w = _class_weight(weight, logp, cdim, "cross_entropy")
 
     if target.dtype.is_float:  # class probabilities
         if target.shape != input.shape:
@@ -351,23 +434,8 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
             return loss
         return loss.sum() if reduction == "sum" else loss.sum() / (input.numel() // c if c else 0)
 
-    expected = input.shape[:cdim] + input.shape[cdim + 1 :]
-    if target.shape != expected:
-        raise ValueError(f"cross_entropy: class-index target shape {target.shape} must be {expected} for input shape "
-                         f"{input.shape}")  # fmt: skip
-    keep = target != ignore_index
-    classes = Tensor.arange(c, device=input.device).reshape(bshape)
-    hit = (target.unsqueeze(cdim) == classes) & keep.unsqueeze(cdim)  # (input shape), all False where ignored
-    nll = -where(hit, logp, 0.0).sum(cdim)  # 0 where ignored
-    wt = keep.cast(logp.dtype) if w is None else where(hit, w, 0.0).sum(cdim)  # weight of each target, 0 if ignored
-    if w is not None:
-        nll = nll * wt
-    if reduction == "none":
-        out = nll
-    elif reduction == "sum":
-        out = nll.sum()
-    else:
-        out = nll.sum() / wt.sum()
+    nll, wt, keep = _class_terms(logp, target, w, ignore_index, cdim, "cross_entropy")
+    out = _reduce_nll(nll, wt, reduction)
     if label_smoothing <= 0:
         return out
     smooth = -(logp if w is None else logp * w).sum(cdim)
@@ -387,21 +455,11 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
 def mse_loss(input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,  # noqa: A002
              reduction: str = "mean") -> Tensor:  # fmt: skip
     """torch.nn.functional.mse_loss: the squared difference, averaged (or summed, or kept per element)."""
-    reduction = _legacy_reduction(size_average, reduce, reduction)
+    reduction = legacy_reduction(size_average, reduce, reduction)
     if input.shape != target.shape:
         raise ValueError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ "
                          "(torch would broadcast with a warning; pass tensors of one shape)")  # fmt: skip
-    return _reduce_loss((input - target).square(), reduction, "mse_loss")
-
-
-def _reduce_loss(loss: Tensor, reduction: str, name: str) -> Tensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return reduce_loss((input - target).square(), reduction, "mse_loss")
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,

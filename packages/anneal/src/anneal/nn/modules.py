@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -565,3 +565,81 @@ class Sequential(Module):
     def append(self, m: Module) -> Sequential:
         setattr(self, str(len(self)), m)
         return self
+
+
+class ModuleList(Module):
+    """A list of modules, registered as children named 0, 1, ... (torch's state_dict names: layers.0.weight)."""
+
+    def __init__(self, modules: Iterable[Module] | None = None) -> None:
+        super().__init__()
+        for m in modules or ():
+            self.append(m)
+
+    def _items(self) -> list[Module]:
+        return [m for _, m in self.named_children()]
+
+    def append(self, m: Module) -> ModuleList:
+        if not isinstance(m, Module):
+            raise TypeError(f"ModuleList: {type(m).__name__} is not a Module")
+        setattr(self, str(len(self)), m)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> ModuleList:
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __getitem__(self, i: int) -> Module:
+        return self._items()[i]
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._items())
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ModuleList is a container: call its modules, not the list")
+
+
+class ModuleDict(Module):
+    """Modules by name, registered as children under their keys, in insertion order."""
+
+    def __init__(self, modules: Mapping[str, Module] | None = None) -> None:
+        super().__init__()
+        for k, m in (modules or {}).items():
+            self[k] = m
+
+    def __setitem__(self, key: str, m: Module) -> None:
+        if not isinstance(m, Module):
+            raise TypeError(f"ModuleDict: {key!r} is a {type(m).__name__}, not a Module")
+        if not key.isidentifier() or key.startswith("_"):
+            raise KeyError(f"ModuleDict: {key!r} must be an identifier not starting with '_' (it names parameters)")
+        setattr(self, key, m)
+
+    def __getitem__(self, key: str) -> Module:
+        found = dict(self.named_children())
+        if key not in found:
+            raise KeyError(key)
+        return found[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in dict(self.named_children())
+
+    def __len__(self) -> int:
+        return len(dict(self.named_children()))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict(self.named_children()))
+
+    def keys(self) -> list[str]:
+        return list(self)
+
+    def values(self) -> list[Module]:
+        return [m for _, m in self.named_children()]
+
+    def items(self) -> list[tuple[str, Module]]:
+        return list(self.named_children())
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ModuleDict is a container: call its modules, not the dict")
