@@ -123,6 +123,8 @@ def test_no_placeholder_commands(cli: AnnealGroup, runner: CliRunner) -> None:
         "sample",
         "score",
         "train",
+        "viz",
+        "web",
     }
 
 

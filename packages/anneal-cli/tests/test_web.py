@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,13 +22,23 @@ import pytest
 from browser import Page
 from click.testing import CliRunner
 
+from anneal.data.testing import shared_data_dir
 from anneal_autodiff import vjp
 from anneal_cli.main import AnnealGroup
 
 
-def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
+@pytest.fixture(scope="module")
+def data_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of every process here: the pinned tinyshakespeare in a private cache, used offline."""
+    cache = tmp_path_factory.mktemp("cache")
+    (cache / "data" / "tinyshakespeare").mkdir(parents=True)
+    shutil.copy(shared_data_dir(__file__) / "tinyshakespeare" / "input.txt", cache / "data" / "tinyshakespeare")
+    return {**os.environ, "ANNEAL_CACHE_DIR": str(cache), "ANNEAL_OFFLINE": "1"}
+
+
+def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([sys.executable, "-m", "anneal_cli.main", "web", *args, "--no-open"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     assert proc.stdout is not None
     line = proc.stdout.readline()
     found = re.search(r"the studio at (http://\S+)", line)
@@ -42,19 +54,19 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def runs(tmp_path_factory: pytest.TempPathFactory, data_env: dict[str, str]) -> Path:
     """A runs folder holding one trained language model (nanogpt tiny, a few steps), as `anneal train --out`."""
     root = tmp_path_factory.mktemp("runs")
     result = subprocess.run([sys.executable, "-m", "anneal_cli.main", "train", "nanogpt", "--preset", "tiny", "--steps",
                              "3", "--device", "cpu", "--plain", "--out", str(root / "tiny-gpt")],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+                            capture_output=True, text=True, timeout=300, env=data_env)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return root
 
 
 @pytest.fixture(scope="module")
-def studio(runs: Path) -> Iterator[str]:
-    proc, url = _start(["127.0.0.1:0", "--runs", str(runs)])
+def studio(runs: Path, data_env: dict[str, str]) -> Iterator[str]:
+    proc, url = _start(["127.0.0.1:0", "--runs", str(runs)], data_env)
     yield url.removesuffix("/studio")
     _stop(proc)
 
@@ -170,8 +182,8 @@ def test_a_non_loopback_address_needs_the_flag(cli: AnnealGroup, runner: CliRunn
     assert result.exit_code == 2 and "--allow-remote" in result.output
 
 
-def test_with_a_token_every_request_needs_it(runs: Path) -> None:
-    proc, url = _start(["0.0.0.0:0", "--allow-remote", "--runs", str(runs)])
+def test_with_a_token_every_request_needs_it(runs: Path, data_env: dict[str, str]) -> None:
+    proc, url = _start(["0.0.0.0:0", "--allow-remote", "--runs", str(runs)], data_env)
     try:
         token = url.split("token=")[1]
         base = url.split("/studio")[0].replace("0.0.0.0", "127.0.0.1")
