@@ -3,6 +3,7 @@
 from anneal.autograd import jvp
 from anneal.random import manual_seed
 from anneal.registry import hookimpl
+from anneal.shape_ops import linspace, meshgrid
 from anneal.tensor import Tensor, cat, matmul, stack, where
 from anneal_ir import DType, dtypes
 from anneal_ir.sint import Variable
@@ -13,4 +14,18 @@ uint8, bool_ = dtypes.uint8, dtypes.bool
 
 __version__ = "0.1.0"
 
-__all__ = ["DType", "Tensor", "Variable", "cat", "dtypes", "hookimpl", "jvp", "manual_seed", "matmul", "stack", "where"]
+
+def tensor(data: object, dtype: DType | str | None = None, device: str | None = None,
+           requires_grad: bool = False) -> Tensor:  # fmt: skip
+    """torch.tensor: a new Tensor holding a copy of data."""
+    return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def from_numpy(array: object) -> Tensor:
+    """A Tensor of the array's values and dtype. A copy: a lazy tensor's buffer lives on its device, so unlike
+    torch.from_numpy, writing to the array afterwards does not change the tensor."""
+    return Tensor(array)
+
+
+__all__ = ["DType", "Tensor", "Variable", "cat", "dtypes", "from_numpy", "hookimpl", "jvp", "linspace", "manual_seed",
+           "matmul", "meshgrid", "stack", "tensor", "where"]  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from anneal import random as _random
-from anneal import special
+from anneal import shape_ops, special
 from anneal.composite import with_gradient
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
 from anneal.registry import resolve_device
@@ -1142,6 +1142,31 @@ class Tensor:
 
     def masked_fill(self, mask: Tensor, value: Scalar) -> Tensor:
         return where(mask, value, self)
+
+    # ---- rearranging: anneal.shape_ops ----
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        return shape_ops.diagonal(self, offset, dim1, dim2)
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        return shape_ops.diag(self, diagonal)
+
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        return shape_ops.roll(self, shifts, dims)
+
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+        return shape_ops.repeat_interleave(self, repeats, dim)
+
+    def t(self) -> Tensor:
+        return shape_ops.t(self)
+
+    def std_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
+
+    def var_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
     def tril(self, diagonal: int = 0) -> Tensor:
         r, c = self.shape[-2], self.shape[-1]
