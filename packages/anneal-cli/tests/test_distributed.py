@@ -193,10 +193,10 @@ def _rank_pid(marker: str, rank: int, deadline: float) -> int:
     raise AssertionError(f"no rank {rank} process appeared")
 
 
-def _start(marker: str, extra: list[str]) -> subprocess.Popen[str]:
+def _start(marker: str, extra: list[str], nproc: int = 2) -> subprocess.Popen[str]:
     env = {**os.environ, "DP_TEST_MARK": marker}
-    cmd = [*ANNEAL, "mlp", "--nproc", "2", "--steps", "1000000", "--device", "cpu", "--plain", "--log-every", "50",
-           *extra]  # fmt: skip
+    cmd = [*ANNEAL, "mlp", "--nproc", str(nproc), "--steps", "1000000", "--device", "cpu", "--plain",
+           "--log-every", "50", *extra]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -222,10 +222,10 @@ def test_killing_one_rank_ends_the_run_with_one_line_naming_it(mpiexec: str) -> 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, err
-    assert elapsed < 30
+    assert elapsed < 30, err
     errors = [line for line in err.splitlines() if line.startswith("anneal: error:")]
     assert len(errors) == 1, err
-    assert f"rank 1 (pid {victim}" in errors[0] and "died" in errors[0]
+    assert f"rank 1 (pid {victim}" in errors[0] and "died" in errors[0], err
 
 
 def test_a_hung_rank_is_named_after_the_timeout(mpiexec: str) -> None:
@@ -242,10 +242,26 @@ def test_a_hung_rank_is_named_after_the_timeout(mpiexec: str) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, err
-    assert 4 <= elapsed < 30
+    assert 4 <= elapsed < 30, err
     errors = [line for line in err.splitlines() if line.startswith("anneal: error:")]
     assert len(errors) == 1, err
-    assert "rank 1 did not reach" in errors[0] and "within 4 s" in errors[0]
+    assert "rank 1 did not reach" in errors[0] and "within 4 s" in errors[0], err
+
+
+def test_the_one_of_three_that_never_arrived_is_named(mpiexec: str) -> None:
+    marker = uuid.uuid4().hex
+    proc = _start(marker, ["--comm-timeout", "4"], nproc=3)
+    try:
+        _wait_for_steps(proc)
+        victim = _rank_pid(marker, 2, time.monotonic() + 30)
+        os.kill(victim, signal.SIGSTOP)
+        _, err = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    errors = [line for line in err.splitlines() if line.startswith("anneal: error:")]
+    assert errors and "rank 2 did not reach" in errors[0], err  # the first to time out names it; then all end
 
 
 def test_rank_0_alone_draws_the_dashboard_when_the_launcher_has_a_terminal(mpiexec: str) -> None:

@@ -41,6 +41,7 @@ LAUNCHER_ENV = (
 BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default bucket: large enough for bandwidth, small enough to overlap
 DEFAULT_TIMEOUT = 300.0  # seconds a rank waits for the others in one exchange (NCCL's default is 600)
 POLL_CHECK = 0.5  # seconds between liveness checks of the other ranks while waiting
+GRACE = 5.0  # --nproc: seconds the other ranks get to exit after one reported a failure
 _HEARTBEAT_TAG = 17
 _HYDRA_BANNER = ("=====", "=   ", "YOUR APPLICATION TERMINATED", "This typically refers", "Please see the FAQ")
 
@@ -93,6 +94,15 @@ def find_mpiexec() -> str | None:
     return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
 
 
+def _state(pid: int) -> str | None:
+    """A process's state letter from /proc (R, S, T for stopped, Z for a zombie, ...); None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -100,11 +110,7 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a dead child its launcher has not reaped yet is a zombie: dead all the same
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    return _state(pid) != "Z"  # a dead child its launcher has not reaped yet is dead all the same
 
 
 def plan_buckets(sizes: Sequence[int], bucket_elems: int) -> list[list[int]]:
@@ -170,12 +176,14 @@ class World:
                     raise self._fail(self._late(what, heartbeats))
 
     def _late(self, what: str, heartbeats: list[Any] | None) -> str:
-        missing: list[int]
-        if self.rank == 0 and heartbeats is not None:
-            flags = [bool(h.Test()) for h in heartbeats]
-            missing = [r for r, ok in zip(range(1, self.size), flags) if not ok]
-        else:
-            missing = [r for r in range(self.size) if r != self.rank] if self.size == 2 else []
+        missing: list[int] = []
+        if self.rank == 0 and heartbeats is not None:  # who never said it reached this exchange
+            missing = [r for r, h in zip(range(1, self.size), heartbeats) if not h.Test()]
+        if not missing:  # arrived, then stopped inside the exchange (SIGSTOP, a debugger): stopped ones on this host
+            missing = [r for r, (h, pid) in enumerate(self.peers)
+                       if r != self.rank and h == self.host and _state(pid) in ("T", "t")]  # fmt: skip
+        if not missing and self.size == 2:  # of two, the late one is the other
+            missing = [1 - self.rank]
         who = f"rank {', '.join(map(str, missing))}" if missing else "another rank"
         if self.rank == 0:
             for r in missing:  # the ones on this host that hang would keep an -disable-auto-cleanup job alive
@@ -300,24 +308,147 @@ def launch(nproc: int, argv: Sequence[str], echo: Callable[[str], None]) -> int:
         size = shutil.get_terminal_size()
         env.update(COLUMNS=str(size.columns), LINES=str(size.lines))
     cmd += ["-n", str(nproc), sys.executable, "-m", "anneal_cli.main", "train", *argv]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
-    relay = threading.Thread(target=_relay, args=(proc, echo), daemon=True)
+    # a session of its own, so that the whole job can be ended at once (below)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, bufsize=1, env=env, start_new_session=True)
+    failed = threading.Event()
+    exit_string: list[str] = []  # Hydra's words for how a rank ended ("Killed (signal 9)")
+    relay = threading.Thread(target=_relay, args=(proc, echo, failed, exit_string), daemon=True)
     relay.start()
+    watch = _RankWatch(proc.pid, nproc)
     try:
-        rc = proc.wait()
+        while proc.poll() is None:
+            watch.poll()
+            # Once a rank has said why it failed, the others get GRACE seconds to say theirs and exit; one that
+            # cannot (hung where this host cannot see it, stopped) would keep -disable-auto-cleanup's job alive.
+            if failed.wait(timeout=0.02):  # often: Hydra kills the other ranks moments after one dies
+                try:
+                    proc.wait(timeout=GRACE)
+                except subprocess.TimeoutExpired:
+                    _end(proc)
     except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait()
+        proc.send_signal(signal.SIGINT)  # Hydra forwards it to the ranks
+        try:
+            proc.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            _end(proc)
+    rc = proc.wait()
     relay.join(timeout=5)
-    return 0 if rc == 0 else 2 if rc == 2 else 1
+    if rc == 0:
+        return 0
+    if not failed.is_set() and watch.first_death is not None:
+        # Hydra killed the others before any of them could say which rank died (it does, even with
+        # -disable-auto-cleanup, a moment after the death): say it from what this launcher watched
+        rank, pid = watch.first_death
+        how = f" ({exit_string[-1]})" if exit_string else ""
+        echo(f"anneal: error: rank {rank} (pid {pid} on {socket.gethostname()}) died{how}; every rank of {nproc} "
+             "stopped")  # fmt: skip
+        return 1
+    return 2 if rc == 2 and not failed.is_set() else 1  # 2: the ranks' usage error (click's exit code)
 
 
-def _relay(proc: subprocess.Popen[str], echo: Callable[[str], None]) -> None:
-    """The ranks' stderr, less Hydra's banner about a killed process (the surviving ranks name it)."""
+class _RankWatch:
+    """The launcher's view of its job's ranks on this host: their pids (mpiexec's descendants whose environment
+    names a PMI_RANK) and the first of them to die while others lived."""
+
+    def __init__(self, session: int, nproc: int) -> None:
+        self.session, self.nproc = session, nproc
+        self.pids: dict[int, int] = {}  # rank -> pid
+        self.first_death: tuple[int, int] | None = None
+        self._scanned = 0.0
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        if len(self.pids) < self.nproc and now - self._scanned > 0.5:  # a /proc scan until every rank is found
+            self._scanned = now
+            self._discover()
+            if len(self.pids) == self.nproc and hasattr(os, "pidfd_open"):
+                # Hydra kills the others a moment after one dies: a pidfd wakes this launcher at the first exit
+                threading.Thread(target=self._wait_exits, daemon=True).start()
+        if self.first_death is None and self.pids:
+            dead = [(r, pid) for r, pid in sorted(self.pids.items()) if not _alive(pid)]
+            if dead and len(dead) < len(self.pids):
+                self.first_death = dead[0]
+
+    def _wait_exits(self) -> None:
+        import select
+
+        fds: dict[int, tuple[int, int]] = {}
+        try:
+            for r, pid in self.pids.items():
+                fds[os.pidfd_open(pid)] = (r, pid)
+        except OSError:  # one has exited already: the polling in poll() has it
+            for fd in fds:
+                os.close(fd)
+            return
+        waiter = select.poll()
+        for fd in fds:
+            waiter.register(fd, select.POLLIN)
+        try:
+            while fds:
+                ready = waiter.poll()
+                if self.first_death is None and len(ready) < len(fds):  # one exited while others lived
+                    self.first_death = min(fds[fd] for fd, _ in ready)
+                for fd, _ in ready:
+                    waiter.unregister(fd)
+                    os.close(fd)
+                    del fds[fd]
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _discover(self) -> None:
+        parents: dict[int, int] = {}
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            try:
+                with open(f"/proc/{entry}/stat") as f:  # pid (comm) state ppid ...
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        for pid in parents:
+            if pid in self.pids.values() or not self._descends(pid, parents):
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            for item in env:
+                if item.startswith(b"PMI_RANK=") and item[9:].isdigit():
+                    self.pids.setdefault(int(item[9:]), pid)
+
+    def _descends(self, pid: int, parents: dict[int, int]) -> bool:
+        """pid is mpiexec's descendant (Hydra's proxies start sessions of their own: ancestry, not session)."""
+        for _ in range(16):
+            pid = parents.get(pid, 0)
+            if pid == self.session:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM to mpiexec (Hydra then ends the ranks, on every node), SIGKILL to the job's session after GRACE."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=GRACE)
+    except subprocess.TimeoutExpired:
+        with _suppress_os():
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _relay(proc: subprocess.Popen[str], echo: Callable[[str], None], failed: threading.Event,
+           exit_string: list[str]) -> None:  # fmt: skip
+    """The ranks' stderr, less Hydra's banner about a killed process (the surviving ranks, or launch(), name
+    it); sets failed when a rank reports a failure."""
     assert proc.stderr is not None
     for line in proc.stderr:
+        if "EXIT STRING:" in line:
+            exit_string.append(line.split("EXIT STRING:", 1)[1].strip())
         if not line.startswith(_HYDRA_BANNER) and line.strip():
             echo(line.rstrip("\n"))
+            if line.startswith("anneal: error:"):
+                failed.set()
 
 
 def _is_hydra(mpiexec: str) -> bool:

@@ -307,8 +307,8 @@ def train(
     except SystemExit as exc:
         _exit(exc.code if isinstance(exc.code, int) else 1)
     except Exception as exc:  # RankFailure names the rank itself
-        prefix = "" if isinstance(exc, distributed.RankFailure) else f"rank {launch.rank}: "
-        click.echo(f"anneal: error: {prefix}{one_line(exc)}", err=True)
+        text = str(exc) if isinstance(exc, distributed.RankFailure) else f"rank {launch.rank}: {one_line(exc)}"
+        click.echo(f"anneal: error: {text}", err=True)
         _exit(1)
 
 
