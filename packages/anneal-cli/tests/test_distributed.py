@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from anneal_cli import distributed
+from anneal_cli.main import AnnealGroup
 from anneal_cli.runs import Row, csv_text, read_csv, tensors_digest
 from anneal_models.trainer import shard
 
@@ -273,3 +275,26 @@ def test_rank_0_alone_draws_the_dashboard_when_the_launcher_has_a_terminal(mpiex
     assert "\x1b[" in out and "anneal train mlp" in out and "ranks " in out  # drawn with a terminal's codes
     assert out.count("trained mlp to step 5/5") == 1  # the dashboard's closing line, rank 0's alone
     assert "model mlp  device" not in out  # not the plain header
+
+
+# ---- indexed devices ----
+def test_device_names_take_an_adapter_index() -> None:
+    from anneal.registry import DeviceError, split_index
+
+    assert split_index("webgpu:1") == ("webgpu", 1) and split_index("cpu") == ("cpu", None)
+    for bad in ("webgpu:x", "cpu:0", ":1"):
+        with pytest.raises(DeviceError):
+            split_index(bad)
+
+
+def test_an_adapter_index_past_the_adapters_is_refused_naming_them() -> None:
+    from anneal_wgpu import adapters
+
+    with pytest.raises(adapters.NoAdapterError, match="there is no adapter webgpu:99; the adapters: "):
+        adapters.use_index(99)
+    adapters.use_index(None)
+
+
+def test_train_refuses_an_index_on_a_backend_without_adapters(cli: AnnealGroup, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["train", "mlp", "--device", "cpu:1", "--steps", "1"])
+    assert result.exit_code == 2 and "only webgpu has indexed adapters" in result.output
