@@ -4,7 +4,11 @@ every request it makes; the `browser` fixture (conftest.py) launches the browser
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -40,3 +44,23 @@ class Page:
     def close(self) -> None:
         assert self.errors == [], self.errors
         self.context.close()
+
+
+def start_server(argv: list[str], address: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """`anneal ARGV` as a user runs it; returns the process and the address its first line names (the regex
+    `address` with one group)."""
+    proc = subprocess.Popen([sys.executable, "-m", "anneal_cli.main", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(address, line)
+    if not found:
+        proc.kill()
+        pytest.fail(f"anneal {argv[0]} printed no address: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    return proc, found.group(1)
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C, as a user stops it: it exits quietly (status 0)."""
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 0

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import Page
+from browser import Page, start_server, stop_server
 from click.testing import CliRunner
 
 from anneal_cli.main import AnnealGroup
@@ -81,17 +78,9 @@ def test_an_unknown_model_is_a_usage_error(cli: AnnealGroup, runner: CliRunner) 
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
     """`anneal viz` as a user runs it, on a free port; yields its address."""
-    cmd = [sys.executable, "-m", "anneal_cli.main", "viz", *MLP, "--port", "0", "--no-open"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    found = re.search(r"at (http://\S+/) \(Ctrl-C stops\)", line)
-    if not found:
-        proc.kill()
-        pytest.fail(f"anneal viz printed no address: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    yield found.group(1)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=20) == 0  # Ctrl-C stops it quietly
+    proc, url = start_server(["viz", *MLP, "--port", "0", "--no-open"], r"at (http://\S+/) \(Ctrl-C stops\)")
+    yield url
+    stop_server(proc)
 
 
 def test_serves_on_loopback_only(served: str, cli: AnnealGroup, runner: CliRunner) -> None:

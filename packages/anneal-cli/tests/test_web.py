@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import Page
+from browser import Page, start_server, stop_server
 from click.testing import CliRunner
 
 from anneal.data.testing import shared_data_dir
@@ -37,20 +36,7 @@ def data_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "anneal_cli.main", "web", *args, "--no-open"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    found = re.search(r"the studio at (http://\S+)", line)
-    if not found:
-        proc.kill()
-        pytest.fail(f"anneal web printed no address: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    return proc, found.group(1)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=20) == 0
+    return start_server(["web", *args, "--no-open"], r"the studio at (http://\S+)", env)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, data_env: dict[str, str]) -> 
 def studio(runs: Path, data_env: dict[str, str]) -> Iterator[str]:
     proc, url = _start(["127.0.0.1:0", "--runs", str(runs)], data_env)
     yield url.removesuffix("/studio")
-    _stop(proc)
+    stop_server(proc)
 
 
 def _count(cli: AnnealGroup, runner: CliRunner, *args: str) -> int:
@@ -192,7 +178,7 @@ def test_with_a_token_every_request_needs_it(runs: Path, data_env: dict[str, str
         assert _status(base + f"/studio?token={token}") == 200
         assert _status(base + "/doctor", headers={"x-anneal-token": token}) == 200
     finally:
-        _stop(proc)
+        stop_server(proc)
 
 
 def test_bad_addresses_are_usage_errors(cli: AnnealGroup, runner: CliRunner) -> None:
