@@ -17,8 +17,16 @@ from playwright.sync_api import sync_playwright
 OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 
 
-VIEWS = ["studio", "visualize?model=mlp&preset=tiny", "kernels?model=mlp&preset=tiny", "explain?op=exp2", "train",
-         "generate?run={run}&prompt=ROMEO&max_tokens=60", "history", "doctor"]
+VIEWS = [
+    "studio",
+    "visualize?model=mlp&preset=tiny",
+    "kernels?model=mlp&preset=tiny",
+    "explain?op=exp2",
+    "train",
+    "generate?run={run}&prompt=ROMEO&max_tokens=60",
+    "history",
+    "doctor",
+]
 
 
 def studio(base: str, run: str) -> None:
@@ -52,7 +60,8 @@ def main(page_file: str) -> None:
         if link.count():
             link.first.click()
             page.wait_for_timeout(500)
-        passes = page.evaluate("window.annealViz.doc.passes.findIndex(p => Object.keys(p.rules).length && p.nodes_out !== undefined && p.nodes_out <= 150)")
+        small_pass = "p => Object.keys(p.rules).length && p.nodes_out !== undefined && p.nodes_out <= 150"
+        passes = page.evaluate(f"window.annealViz.doc.passes.findIndex({small_pass})")
         page.locator("#pass-slider").fill(str(max(passes, 0)))
         page.wait_for_timeout(800)
         page.screenshot(path=OUT / "viz-kernel-and-pass.png")
