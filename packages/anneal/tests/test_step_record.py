@@ -157,3 +157,19 @@ def test_a_forward_only_step_has_no_backward_nodes() -> None:
     doc, _, _ = _record(backward=False)
     assert "backward" not in doc["phases"]
     assert all(k["phase"] == "forward" for k in doc["kernels"])
+
+
+def test_the_optimizers_choice_is_an_event_of_the_kernel_it_was_made_for() -> None:
+    from anneal_ir import CompileTrace
+    from anneal_schedule.backend import Limits
+    from anneal_schedule.heuristic import choose_opts
+
+    rows = Tensor(np.ones((64, 256), np.float32), device=DEV).sum(1)
+    (kernel,) = runner(DEV).scheduler.schedule([rows.uop])[0].kernels
+    limits = Limits(max_workgroup_size=(256, 256, 64), max_workgroup_invocations=256, max_shared_memory=16384)
+    trace = CompileTrace()
+    with trace.active(), trace.working_on("k7"):
+        opts = choose_opts(kernel.ast, limits)
+    (event,) = [e for e in trace.events if e.kind == "opts"]
+    assert event.context == "k7" and event.detail["form"] in ("row", "tile", "group", "flat") and event.detail["why"]
+    assert event.detail["opts"] == ", ".join(map(str, opts))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from anneal_ir import Ops, UOp
+from anneal_ir import Ops, UOp, trace
 from anneal_schedule.analysis import (
     Contraction,
     affine,
@@ -254,13 +254,19 @@ def _applies(ast: UOp, opts: tuple[Opt, ...]) -> bool:
 
 def choose_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...]:
     """The heuristic: tile contractions, a workgroup per row for row kernels and per output for long
-    reductions with few outputs, flat for the rest."""
+    reductions with few outputs, flat for the rest. A compile trace records which and why."""
+    form, why, opts = _choose(ast, limits)
+    trace.event("opts", None, form=form, why=why, opts=", ".join(map(str, opts)))
+    return opts
+
+
+def _choose(ast: UOp, limits: Limits) -> tuple[str, str, tuple[Opt, ...]]:
     row = row_opts(ast, limits)
     if row is not None:
-        return row
+        return "row", "a row kernel: one workgroup per row", row
     tiled = contraction_opts(ast, limits)
     if tiled is not None:
-        return tiled
+        return "tile", "a contraction: tiled in workgroup memory and registers", tiled
     deps = ranges_of(ast)
     globals_ = global_ranges(deps)
     outputs = math.prod(extent(r) for r in globals_) if globals_ else 1
@@ -269,8 +275,8 @@ def choose_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...]:
     if reduces and limits.max_shared_memory >= local * 4 * len(reduces):
         longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
         if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
-            return group_opts(ast, local)
-    return flat_opts(ast, limits, local)
+            return "group", f"{outputs} outputs of {longest}-long reductions: one workgroup each", group_opts(ast, local)
+    return "flat", "one thread per output", flat_opts(ast, limits, local)
 
 
 def candidate_opts(ast: UOp, limits: Limits) -> list[tuple[Opt, ...]]:

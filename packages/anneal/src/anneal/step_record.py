@@ -118,6 +118,7 @@ def record_step(
     for i, why in reasons.items():
         numbering.rows[i]["why"] = why
 
+    decisions = {ev.context: ev.detail for ev in trace.events if ev.kind == "opts" and ev.context}
     kernels = []
     for k in sched.kernels:
         fused = sorted(numbering.ids[n] for n in k.nodes if n.op is not Ops.CONST)
@@ -131,6 +132,7 @@ def record_step(
             "nodes": fused,
             "fused_ops": k.fused_ops,
             "opts": str(getattr(prog, "opts", "-")),
+            "decision": decisions.get(k.name, {}).get("why", ""),  # the optimizer's, where one chose (webgpu)
             "ast": numbering.id(k.ast) if len(k.ast.toposort()) <= PASS_GRAPH_LIMIT else None,
             "source": prog.source,
         })  # fmt: skip

@@ -258,6 +258,7 @@ for (const k of doc.kernels) {
   const li = document.createElement("li");
   li.dataset.kernel = k.name;
   li.textContent = `${k.name} [${k.phase}] ${k.fused_ops} ops · ${k.opts}`;
+  if (k.decision) li.title = k.decision;
   li.addEventListener("click", () => showKernel(k.name));
   kernelList.appendChild(li);
 }
@@ -267,6 +268,7 @@ function showKernel(name) {
   state.kernel = name;
   state.lit = new Set(k.nodes);
   for (const li of kernelList.children) li.classList.toggle("selected", li.dataset.kernel === name);
+  document.getElementById("kernel-decision").textContent = k.decision ? `the optimizer: ${k.decision}` : "";
   document.getElementById("kernel-source").textContent = k.source;
   showTab("kernels");
   kernelList.querySelector(`li[data-kernel="${name}"]`).scrollIntoView({ block: "nearest" });
