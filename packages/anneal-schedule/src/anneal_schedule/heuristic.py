@@ -275,7 +275,8 @@ def _choose(ast: UOp, limits: Limits) -> tuple[str, str, tuple[Opt, ...]]:
     if reduces and limits.max_shared_memory >= local * 4 * len(reduces):
         longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
         if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
-            return "group", f"{outputs} outputs of {longest}-long reductions: one workgroup each", group_opts(ast, local)
+            why = f"{outputs} outputs of {longest}-long reductions: one workgroup each"
+            return "group", why, group_opts(ast, local)
     return "flat", "one thread per output", flat_opts(ast, limits, local)
 
 
