@@ -134,7 +134,11 @@ class World:
     """This rank's view of the job: rank, size, the peers' hosts and pids, and the exchanges."""
 
     def __init__(self, timeout: float = DEFAULT_TIMEOUT, bucket_bytes: int = BUCKET_BYTES) -> None:
-        from mpi4py import MPI  # only here: a lone process never imports it
+        try:
+            from mpi4py import MPI  # only here: a lone process never imports it
+        except ImportError as exc:
+            raise RuntimeError(f"data-parallel training needs mpi4py and an MPI library: pip install "
+                               f"'anneal-cli[mpi]' (mpi4py and MPICH's wheel) ({exc})") from None  # fmt: skip
 
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD

@@ -116,7 +116,11 @@ def split_device(name: str) -> tuple[str, int | None]:
 
 def pin_adapter(index: int | None, local_rank: int) -> int:
     """Make the webgpu backend use adapter `index` (default: this rank's local rank, modulo the adapters)."""
-    from anneal_wgpu import adapters
+    try:
+        from anneal_wgpu import adapters
+    except ImportError:
+        raise click.BadParameter("an indexed webgpu device needs the WebGPU backend: pip install anneal-wgpu",
+                                 param_hint="--device") from None  # fmt: skip
 
     found = adapters.describe().adapters
     if index is None:
