@@ -41,12 +41,14 @@ def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str],
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, data_env: dict[str, str]) -> Path:
-    """A runs folder holding one trained language model (nanogpt tiny, a few steps), as `anneal train --out`."""
+    """A runs folder holding a language model (nanogpt tiny) and an image generator (diffusion tiny), a few steps
+    each, as `anneal train --out` writes them."""
     root = tmp_path_factory.mktemp("runs")
-    result = subprocess.run([sys.executable, "-m", "anneal_cli.main", "train", "nanogpt", "--preset", "tiny", "--steps",
-                             "3", "--device", "cpu", "--plain", "--out", str(root / "tiny-gpt")],
-                            capture_output=True, text=True, timeout=300, env=data_env)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    for model, folder in (("nanogpt", "tiny-gpt"), ("diffusion", "tiny-diffusion")):
+        result = subprocess.run([sys.executable, "-m", "anneal_cli.main", "train", model, "--preset", "tiny", "--steps",
+                                 "3", "--device", "cpu", "--plain", "--out", str(root / folder)],
+                                capture_output=True, text=True, timeout=300, env=data_env)  # fmt: skip
+        assert result.returncode == 0, result.stderr
     return root
 
 
@@ -125,12 +127,26 @@ def test_generate_view_samples_from_a_run(browser: Any, studio: str) -> None:
     view.close()
 
 
+def test_generate_view_draws_a_grid_from_an_image_model_run(browser: Any, studio: str, runs: Path) -> None:
+    view = Page(browser, studio + "/generate?run=tiny-diffusion&prompt=ignored", ready="main")
+    assert view.page.locator("pre.error").count() == 0, view.page.inner_text("main")
+    image = view.page.locator("img#sample-image")
+    image.wait_for()
+    assert image.evaluate("i => i.naturalWidth") > 0  # the PNG decoded
+    grid = runs / "tiny-diffusion" / "samples" / "studio.png"
+    assert grid.read_bytes().startswith(b"\x89PNG")
+    view.close()
+
+
 def test_history_view_shows_each_run_with_its_curve(browser: Any, studio: str, runs: Path) -> None:
     view = Page(browser, studio + "/history", ready="main")
     folders = [p.name for p in runs.iterdir() if (p / "config.json").is_file()]
     assert view.page.locator("div.run").count() == len(folders)
     card = view.page.locator('div.run[data-run="tiny-gpt"]')
     assert "nanogpt" in card.inner_text() and card.locator("polyline.train").count() == 1
+    images = view.page.locator('div.run[data-run="tiny-diffusion"] img')
+    assert images.count() >= 1  # the samples the run wrote, each loaded from inside its folder (close() checks 404s)
+    assert all(images.nth(k).evaluate("i => i.naturalWidth") > 0 for k in range(images.count()))
     view.close()
 
 

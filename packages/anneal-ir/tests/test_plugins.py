@@ -93,3 +93,16 @@ def test_settings_from_the_environment() -> None:
     assert Settings.from_env({}).load_plugins is None and Settings.from_env({}).device == "auto"
     with pytest.raises(ValueError, match="ANNEAL_DEBUG must be an integer, got 'yes'"):
         Settings.from_env({"ANNEAL_DEBUG": "yes"})
+
+
+class BadSamples:
+    @hookimpl
+    def register_models(self, register: Callable[..., None]) -> None:
+        register("m", build=lambda config, device: None, samples="audio")
+
+
+def test_a_model_registered_with_an_unknown_sample_kind_is_refused_by_name() -> None:
+    plugins = load_plugins(only("s"), extra=[("s", BadSamples())], stream=None)
+    assert "m" not in plugins.models
+    (failure,) = plugins.failures
+    assert "samples='audio'" in failure.error and "'images'" in failure.error

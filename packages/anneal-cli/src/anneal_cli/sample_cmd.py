@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from anneal.registry import AUTO, get_backend, resolve_device
+from anneal.registry import AUTO, get_backend, plugins, resolve_device
 from anneal_cli.runs import atomic_write, read_run
 from anneal_cli.train import check_device, find_model, load_checkpoint
 
@@ -49,8 +49,10 @@ def sample(model: str, where: Path, seed: int, device: str, **options: Any) -> N
         config["temperature"] = options["temperature"]
     if options["top_k"] is not None or options["greedy"]:
         config["top_k"] = 1 if options["greedy"] else options["top_k"]
+    if not entry.samples:
+        raise click.UsageError(f"model {model!r} does not generate; models that do: {', '.join(generating())}")
     trainer = entry.build(config, resolved)
-    if callable(getattr(trainer, "sample_grid", None)):
+    if entry.samples == "images":
         _usage_unless_none(model, given & set(TEXT_ONLY), "generates images")
         if options["out"] is None:
             raise click.UsageError(f"{model} writes a PNG grid: pass --out FILE.png")
@@ -66,8 +68,6 @@ def sample(model: str, where: Path, seed: int, device: str, **options: Any) -> N
         atomic_write(out, png)
         click.echo(f"wrote {options['out']}")
         return
-    if not callable(getattr(trainer, "sample", None)):
-        raise click.UsageError(f"model {model!r} does not generate (its trainer has no sample())")
     _usage_unless_none(model, given & set(IMAGE_ONLY), "generates text")
     load_checkpoint(trainer, saved)
     try:
@@ -75,6 +75,11 @@ def sample(model: str, where: Path, seed: int, device: str, **options: Any) -> N
     except ValueError as exc:  # e.g. a prompt character outside the model's vocabulary
         raise click.UsageError(str(exc)) from None
     click.echo(text)
+
+
+def generating() -> list[str]:
+    """The registered models `anneal sample` can generate from."""
+    return sorted(name for name, entry in plugins().models.items() if entry.samples)
 
 
 def _usage_unless_none(model: str, options: set[str], what: str) -> None:

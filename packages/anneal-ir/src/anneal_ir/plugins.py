@@ -33,8 +33,9 @@ class AnnealSpec:
 
     @hookspec
     def register_models(self, register: Callable[..., None]) -> None:
-        """Call ``register(name, build=..., summary=..., defaults=..., presets=..., datasets=...)`` per model;
-        ``datasets`` names what ``anneal train MODEL --dataset`` accepts (the first is its default)."""
+        """Call ``register(name, build=..., summary=..., defaults=..., presets=..., datasets=..., samples=...)`` per
+        model; ``datasets`` names what ``anneal train MODEL --dataset`` accepts (the first is its default), and
+        ``samples`` what ``anneal sample`` makes from a run of it ("text", "images", or "" when it does not)."""
 
     @hookspec
     def register_datasets(self, register: Callable[..., None]) -> None:
@@ -65,6 +66,9 @@ class BackendEntry:
     plugin: str
 
 
+SAMPLE_KINDS = ("text", "images", "")
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
@@ -74,6 +78,7 @@ class ModelEntry:
     presets: dict[str, dict[str, Any]]
     plugin: str
     datasets: tuple[str, ...] = ()  # what `anneal train --dataset` may name for it (empty: it takes none)
+    samples: str = ""  # what `anneal sample` makes from a run of it: "text", "images", or "" (it does not generate)
 
 
 @dataclass(frozen=True)
@@ -170,10 +175,14 @@ class Plugins:
             defaults: dict[str, Any] | None = None,
             presets: dict[str, dict[str, Any]] | None = None,
             datasets: tuple[str, ...] = (),
+            samples: str = "",
         ) -> None:
+            if samples not in SAMPLE_KINDS:
+                raise ValueError(f"plugin {plugin!r} registers model {name!r} with samples={samples!r}; "
+                                 f"use one of {', '.join(map(repr, SAMPLE_KINDS))}")  # fmt: skip
             if self._claim("model", self.models, name, plugin):
                 self.models[name] = ModelEntry(name, build, summary, dict(defaults or {}), dict(presets or {}), plugin,
-                                               tuple(datasets))  # fmt: skip
+                                               tuple(datasets), samples)  # fmt: skip
 
         return register
 

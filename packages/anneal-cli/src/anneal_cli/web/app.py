@@ -45,15 +45,16 @@ def _runs(guard: Guard) -> list[dict[str, Any]]:
     out = []
     root = guard.runs_root
     configs = sorted(root.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True) if root.is_dir() else []
-    for folder in configs:
+    for config in configs:
+        folder = config.parent
         try:
-            meta = json.loads(folder.read_text())
-            rows = read_csv(folder.parent / "loss.csv") if (folder.parent / "loss.csv").is_file() else []
+            meta = json.loads(config.read_text())
+            rows = read_csv(folder / "loss.csv") if (folder / "loss.csv").is_file() else []
         except Exception:  # a half-written or foreign folder: listed, not read
             meta, rows = {"model": "?", "config": {}}, []
-        out.append({"name": folder.parent.name, "model": meta.get("model", "?"), "config": meta.get("config", {}),
-                    "rows": [(r.step, r.loss, r.val) for r in rows],
-                    "samples": sorted(p.name for p in folder.parent.glob("**/*.png"))})  # fmt: skip
+        out.append({"name": folder.name, "model": meta.get("model", "?"), "config": meta.get("config", {}),
+                    "rows": [(r.step, r.loss, r.val) for r in rows],  # samples: paths inside the run, for /runs/
+                    "samples": sorted(p.relative_to(folder).as_posix() for p in folder.glob("**/*.png"))})  # fmt: skip
     return out
 
 
@@ -288,16 +289,18 @@ def _mini(root: Any, new_against: Any = None) -> str:
 
 def _generate(guard: Guard, run: str, prompt: str, max_tokens: str) -> str:
     folder = guard.run_path(run)
-    meta = json.loads((folder / "config.json").read_text())
-    model = str(meta.get("model"))
-    text = _cli("sample", model, "--checkpoint", str(folder), "--prompt", prompt or "\n", "--max-tokens", max_tokens)
-    if text.returncode == 2 and "PNG grid" in text.stderr:  # an image model: a grid into the run folder
+    model = str(json.loads((folder / "config.json").read_text()).get("model"))
+    entry = _models().get(model)
+    if entry is None or not entry.samples:
+        return pre(f"{run} is a run of {model!r}, which does not generate", "error")
+    if entry.samples == "images":  # a labelled grid, written into the run folder and shown from there
         out = folder / "samples" / "studio.png"
         out.parent.mkdir(exist_ok=True)
         image = _cli("sample", model, "--checkpoint", str(folder), "--out", str(out))
         if image.returncode != 0:
             return pre(image.stderr.strip(), "error")
         return f'<img id="sample-image" alt="samples" src="{link("/runs/" + run + "/samples/studio.png")}">'
+    text = _cli("sample", model, "--checkpoint", str(folder), "--prompt", prompt or "\n", "--max-tokens", max_tokens)
     if text.returncode != 0:
         return pre(text.stderr.strip() or text.stdout.strip(), "error")
     return "<h2>sample</h2>" + pre(text.stdout, "sample")
