@@ -9,6 +9,8 @@ the forward graph like anything else.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 from anneal_autodiff.build import (
     add,
@@ -154,7 +156,8 @@ def copy_vjp(ctx: UOp, ret: UOp) -> Grads:
     return (UOp(Ops.COPY, ctx.dtype, (ctx,), (dst_device, src_device)),)  # back where the value came from
 
 
-vjp_rules = PatternMatcher([
+# PatternMatcher types its rules as rewrites (returning a node); these return Grads, read back by vjp_rule
+_vjp_table: list[tuple[UPat, Callable[..., Any]]] = [
     (UPat(Ops.ADD, name="ret"), add_vjp),
     (UPat(Ops.MUL, name="ret"), mul_vjp),
     (UPat(Ops.NEG, name="ret"), neg_vjp),
@@ -182,7 +185,8 @@ vjp_rules = PatternMatcher([
     (UPat(Ops.CUSTOM_VJP, name="ret"), custom_vjp),
     (UPat(Ops.REALIZED, name="ret"), realized_vjp),
     (UPat(Ops.COPY, name="ret"), copy_vjp),
-], name="vjp")  # fmt: skip
+]  # fmt: skip
+vjp_rules = PatternMatcher(_vjp_table, name="vjp")
 
 
 def vjp_rule(ret: UOp, grad: UOp) -> Grads:
@@ -191,7 +195,7 @@ def vjp_rule(ret: UOp, grad: UOp) -> Grads:
     if found is None:
         raise NotImplementedError(f"no gradient rule for {ret.op.name}")
     rule, store = found
-    return rule.fn(ctx=grad, **store)  # type: ignore[return-value]
+    return cast(Grads, rule.fn(ctx=grad, **store))  # a rule of this table returns Grads, not a node
 
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:

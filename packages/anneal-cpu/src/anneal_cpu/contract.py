@@ -145,7 +145,7 @@ def gemm_plan(sa: str, sb: str, so: str, a_shape: tuple[int, ...], a_strides: tu
     assert left is not None and right is not None
     m_outer, m, k, ta, lda = left
     n_outer, _, n, tb, ldb = right
-    shape, order = product_layout(axes, size, so)
+    shape, out_order = product_layout(axes, size, so)
     stc = contiguous(axes.batch + axes.m + axes.n, size)
     offsets = np.zeros((1, 3), np.int64)
     for c in axes.batch + m_outer + n_outer:  # every matrix: the sum of its batch indices times strides
@@ -153,7 +153,7 @@ def gemm_plan(sa: str, sb: str, so: str, a_shape: tuple[int, ...], a_strides: tu
         step = np.array([sta.get(c, 0), stb.get(c, 0), stc[c]], np.int64)[None, None, :]
         offsets = (offsets[:, None, :] + index * step).reshape(-1, 3)
     ldc = max(math.prod(size[x] for x in axes.n), 1)
-    return GemmPlan(a_copy, b_copy, offsets, m, n, k, ta, lda, tb, ldb, ldc, shape, order)
+    return GemmPlan(a_copy, b_copy, offsets, m, n, k, ta, lda, tb, ldb, ldc, shape, out_order)
 
 
 def contiguous(order: tuple[str, ...], size: dict[str, int]) -> dict[str, int]:

@@ -191,9 +191,9 @@ class Renderer:
             value = f"float('{u.arg}')" if isinstance(u.arg, float) and not math.isfinite(u.arg) else repr(u.arg)
             self.names[u] = f"{np_name(u.dtype)}({value})"
         elif op is Ops.RANGE:
-            a = self.axis_of[u]
-            self.emit(u, f"np.arange({size_expr(self.ends[a])}).reshape({self.shape_for(frozenset({a}))})",
-                      frozenset({a}))  # fmt: skip
+            axis = self.axis_of[u]
+            self.emit(u, f"np.arange({size_expr(self.ends[axis])}).reshape({self.shape_for(frozenset({axis}))})",
+                      frozenset({axis}))  # fmt: skip
         elif op is Ops.DEFINE_VAR:
             self.names[u] = f"np.int64(vars[{u.arg[0]!r}])"
         elif op is Ops.LOAD:

@@ -194,9 +194,10 @@ def join_opts(c: Contraction) -> tuple[Opt, ...]:
     opts: list[Opt] = []
     for ranges in (c.m, c.n):
         ids = [(r.arg[0], const_extent(r)) for r in ranges]
-        while len(ids) > 1 and ids[-1][1] is not None and ids[-2][1] is not None and ids[-1][1] < TILE_ROWS \
-                and ids[-2][0] == ids[-1][0] - 1:  # fmt: skip
+        while len(ids) > 1:
             (outer, eo), (inner, ei) = ids[-2], ids[-1]
+            if eo is None or ei is None or ei >= TILE_ROWS or outer != inner - 1:
+                break
             opts.append(Opt(OptOps.JOIN, outer, inner))
             ids[-2:] = [(outer, eo * ei)]
     return tuple(opts)

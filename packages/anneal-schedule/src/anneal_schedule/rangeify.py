@@ -227,15 +227,15 @@ class KernelBuilder:
             src_shape = u.src[0].shape
             assert src_shape is not None
             ranges = []
-            src_idx = list(idx)
+            reduce_idx = list(idx)
             for a in axes:
                 if src_shape[a] == 1:
-                    src_idx[a] = iconst(0)
+                    reduce_idx[a] = iconst(0)
                     continue
                 r = self.new_range(src_shape[a], "reduce")
                 ranges.append(r)
-                src_idx[a] = r
-            value = self.lower(u.src[0], tuple(src_idx), valid, True)
+                reduce_idx[a] = r
+            value = self.lower(u.src[0], tuple(reduce_idx), valid, True)
             return UOp(Ops.REDUCE, u.dtype, (value, *ranges), op) if ranges else value
         if u.op in GroupOp.Elementwise:
             return u.replace(src=tuple(self.lower(s, idx, valid, bc) for s in u.src))

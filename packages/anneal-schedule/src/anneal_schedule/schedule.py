@@ -267,6 +267,7 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         pending.discard(root)
         value = root.src[1]
         builder = build(value, lambda: out_slot)
+        assert builder.ast is not None
         if _reads_elsewhere(builder.ast, out_slot):  # it would read what it already overwrote: stage it
             staged = UOp(Ops.CONTIGUOUS, value.dtype, (value,))
             realize(staged)

@@ -57,7 +57,7 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
     replays: int = field(default=0)
 
     def __post_init__(self) -> None:
-        functools.update_wrapper(self, self.fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors = _tensor_args(args, kwargs)

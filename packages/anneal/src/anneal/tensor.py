@@ -7,6 +7,7 @@ everything; numpy is used only to bring data in and out.
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -377,7 +378,7 @@ class Tensor:
         return self._new(UOp(Ops.BITCAST, dt, (self.uop,)))
 
     # ---- elementwise core ----
-    def _operands(self, other: Any, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    def _operands(self, other: Any, op: str, reverse: builtins.bool = False) -> tuple[Tensor, Tensor]:
         if isinstance(other, Tensor):
             if other.device != self.device:
                 raise RuntimeError(f"{op}: tensors are on different devices ({self.device} and {other.device});"
@@ -403,7 +404,7 @@ class Tensor:
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
         return self._new(self.uop.alu(op, *(o.uop for o in others)), *others)
 
-    def _binary(self, op: Ops, other: Any, name: str, reverse: bool = False) -> Tensor:
+    def _binary(self, op: Ops, other: Any, name: str, reverse: builtins.bool = False) -> Tensor:
         a, b = self._operands(other, name, reverse)
         return a._alu(op, b)
 
@@ -489,16 +490,16 @@ class Tensor:
     def __rmatmul__(self, o: Tensor) -> Tensor:
         return o.matmul(self)
 
-    def __lt__(self, o: Any) -> Tensor:  # type: ignore[override]
+    def __lt__(self, o: Any) -> Tensor:
         return self._binary(Ops.CMPLT, o, "lt")
 
-    def __gt__(self, o: Any) -> Tensor:  # type: ignore[override]
+    def __gt__(self, o: Any) -> Tensor:
         return self._binary(Ops.CMPLT, o, "gt", reverse=True)
 
-    def __le__(self, o: Any) -> Tensor:  # type: ignore[override]
+    def __le__(self, o: Any) -> Tensor:
         return (self > o).logical_not()
 
-    def __ge__(self, o: Any) -> Tensor:  # type: ignore[override]
+    def __ge__(self, o: Any) -> Tensor:
         return (self < o).logical_not()
 
     def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
@@ -676,7 +677,7 @@ class Tensor:
         exponent, magnitude = self._float_bits()
         return magnitude == exponent
 
-    def _float_bits(self) -> tuple[int, Tensor]:
+    def _float_bits(self) -> tuple[builtins.int, Tensor]:
         """(the all-ones exponent with a zero mantissa, |self|'s bits) as unsigned integers of self's width."""
         width = {2: (dtypes.uint16, 0x7C00, 0x7FFF), 4: (dtypes.uint32, 0x7F800000, 0x7FFFFFFF),
                  8: (dtypes.uint64, 0x7FF0000000000000, 0x7FFFFFFFFFFFFFFF)}  # fmt: skip
@@ -690,7 +691,9 @@ class Tensor:
             return self == self
         return (self.isnan() | self.isinf()).logical_not()
 
-    def isclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+    def isclose(
+        self, other: Any, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8, equal_nan: builtins.bool = False
+    ) -> Tensor:
         """|self - other| <= atol + rtol * |other|, infinities equal only to themselves, as torch.isclose."""
         a, b = self._operands(other, "isclose")
         if not a.dtype.is_float:
@@ -741,7 +744,7 @@ class Tensor:
     def relu(self) -> Tensor:
         return where(self > 0, self, 0)
 
-    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self, negative_slope: builtins.float = 0.01) -> Tensor:
         return where(self > 0, self, self * negative_slope)
 
     def silu(self) -> Tensor:
@@ -756,7 +759,7 @@ class Tensor:
             return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
         return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
 
-    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    def softplus(self, beta: builtins.float = 1.0, threshold: builtins.float = 20.0) -> Tensor:
         return special.softplus(self, beta, threshold)
 
     def maximum(self, o: Any) -> Tensor:
@@ -839,7 +842,7 @@ class Tensor:
             src, binds = src.src[0], tuple(dict.fromkeys(src.src[1:] + binds))
         return self._new(UOp(Ops.RESHAPE, self.dtype, (src, *binds), shape))
 
-    def _same_numel(self, shape: Shape, binds: tuple[UOp, ...]) -> bool:
+    def _same_numel(self, shape: Shape, binds: tuple[UOp, ...]) -> builtins.bool:
         """Equal sizes; a concrete tensor meets a symbolic shape through the values bound here."""
         new, old = sprod(shape), self.numel()
         if new == old:
@@ -862,7 +865,7 @@ class Tensor:
             return self
         return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), dims))
 
-    def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
+    def transpose(self, dim0: builtins.int = -2, dim1: builtins.int = -1) -> Tensor:
         order = list(range(self.ndim))
         a, b = _norm_dim(dim0, self.ndim, "transpose"), _norm_dim(dim1, self.ndim, "transpose")
         order[a], order[b] = order[b], order[a]
@@ -897,13 +900,13 @@ class Tensor:
         axes = tuple(a for a in axes if self.shape[a] > 1)
         return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), axes)) if axes else self
 
-    def _shrink(self, arg: Sequence[tuple[int, int]]) -> Tensor:
+    def _shrink(self, arg: Sequence[tuple[builtins.int, builtins.int]]) -> Tensor:
         arg = tuple((int(b), int(e)) for b, e in arg)
         if all(b == 0 and e == s for (b, e), s in zip(arg, self.shape)):
             return self
         return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), arg))
 
-    def _pad(self, arg: Sequence[tuple[int, int]]) -> Tensor:
+    def _pad(self, arg: Sequence[tuple[builtins.int, builtins.int]]) -> Tensor:
         """Zero padding; negative amounts shrink."""
         arg = tuple((int(b), int(a)) for b, a in arg)
         x = self._shrink([(-min(b, 0), s + min(a, 0)) for (b, a), s in zip(arg, self.shape)])
@@ -912,7 +915,7 @@ class Tensor:
             return x
         return x._new(UOp(Ops.PAD, x.dtype, (x.uop,), pos))
 
-    def pad(self, pad: Sequence[int], value: Scalar = 0.0) -> Tensor:
+    def pad(self, pad: Sequence[builtins.int], value: Scalar = 0.0) -> Tensor:
         """torch.nn.functional.pad order: (last_before, last_after, second_last_before, ...)."""
         if len(pad) % 2 or len(pad) // 2 > self.ndim:
             raise ValueError(f"pad: padding {tuple(pad)} must have an even length of at most 2*{self.ndim}")
@@ -925,23 +928,23 @@ class Tensor:
             out = where(mask, out, value)
         return out
 
-    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+    def squeeze(self, dim: builtins.int | Sequence[builtins.int] | None = None) -> Tensor:
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         dims = {_norm_dim(d, self.ndim, "squeeze") for d in (dim if isinstance(dim, (tuple, list)) else (dim,))}
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: builtins.int) -> Tensor:
         d = _norm_dim(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = _norm_dim(start_dim, self.ndim, "flatten"), _norm_dim(end_dim, self.ndim, "flatten")
         return self.reshape(self.shape[:s] + (sprod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
-    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, dim: builtins.int, sizes: Sequence[builtins.int]) -> Tensor:
         d = _norm_dim(dim, self.ndim, "unflatten")
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
@@ -958,12 +961,12 @@ class Tensor:
             expanded += [r, s]
         return x.reshape(inter).expand(expanded).reshape(tuple(r * s for r, s in zip(sizes, x.shape)))
 
-    def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+    def chunk(self, chunks: builtins.int, dim: builtins.int = 0) -> list[Tensor]:
         d = _norm_dim(dim, self.ndim)
         step = math.ceil(self.shape[d] / chunks)
         return self.split(step, d)
 
-    def split(self, split_size: int | Sequence[int], dim: int = 0) -> list[Tensor]:
+    def split(self, split_size: builtins.int | Sequence[builtins.int], dim: builtins.int = 0) -> list[Tensor]:
         d = _norm_dim(dim, self.ndim)
         n = self.shape[d]
         sizes = [min(split_size, n - i) for i in range(0, n, split_size)] if isinstance(split_size, int) \
@@ -980,13 +983,13 @@ class Tensor:
         return getitem(self, index)
 
     # ---- reductions ----
-    def _axes(self, axis: Any, op: str) -> tuple[int, ...]:
+    def _axes(self, axis: Any, op: str) -> tuple[builtins.int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
         axes = axis if isinstance(axis, (tuple, list)) else (axis,)
         return tuple(sorted({_norm_dim(a, self.ndim, op) for a in axes}))
 
-    def _reduce(self, op: Ops, axis: Any, keepdim: bool, name: str) -> Tensor:
+    def _reduce(self, op: Ops, axis: Any, keepdim: builtins.bool, name: str) -> Tensor:
         axes = self._axes(axis, name)
         if self.ndim == 0:
             return self
@@ -995,7 +998,9 @@ class Tensor:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None, dim: Any = None) -> Tensor:
+    def sum(
+        self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, dim: Any = None
+    ) -> Tensor:
         axis = dim if dim is not None else axis
         acc = (
             dtypes.from_any(dtype)
@@ -1005,7 +1010,7 @@ class Tensor:
         inner = dtypes.float32 if acc in (dtypes.float16, dtypes.bfloat16) else acc  # f32 accumulation
         return self.cast(inner)._reduce(Ops.ADD, axis, keepdim, "sum").cast(acc)
 
-    def prod(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+    def prod(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float()
         mag = x.abs().log2().sum(axis, keepdim).exp2()
@@ -1014,25 +1019,25 @@ class Tensor:
         out = where(zero, 0.0, where((negs % 2) == 1, -mag, mag))
         return out if self.dtype.is_float else out.round().cast(self.dtype)
 
-    def max(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+    def max(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         if any(self.shape[a] == 0 for a in self._axes(axis, "max")):
             raise RuntimeError(f"max: cannot reduce over an empty dim of shape {self.shape} (max has no identity)")
         return self._reduce(Ops.MAX, axis, keepdim, "max")
 
-    def min(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+    def min(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         if self.dtype == dtypes.bool:
             return self.logical_not().max(axis, keepdim).logical_not()
         return -((-self).max(axis, keepdim))
 
-    def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+    def amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.max(dim, keepdim)
 
-    def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+    def amin(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.min(dim, keepdim)
 
-    def mean(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+    def mean(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         axes = self._axes(axis, "mean")
         count = sprod(self.shape[a] for a in axes) if self.ndim else 1
@@ -1041,8 +1046,8 @@ class Tensor:
             return x.sum(axes, keepdim) * self._size_tensor(count, x.dtype).reciprocal()
         return x.sum(axes, keepdim) * (1.0 / count if count else math.nan)
 
-    def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1, dim: Any = None,
-            unbiased: bool | None = None) -> Tensor:  # fmt: skip
+    def var(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, dim: Any = None,
+            unbiased: builtins.bool | None = None) -> Tensor:  # fmt: skip
         axis = dim if dim is not None else axis
         if unbiased is not None:
             correction = int(unbiased)
@@ -1058,11 +1063,13 @@ class Tensor:
         """A symbolic size as a 0-d tensor of dtype (its value comes from the call's BIND)."""
         return Tensor._from(size.cast(dtype), self.device)
 
-    def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1, dim: Any = None,
-            unbiased: bool | None = None) -> Tensor:  # fmt: skip
+    def std(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, dim: Any = None,
+            unbiased: builtins.bool | None = None) -> Tensor:  # fmt: skip
         return self.var(axis, keepdim, correction, dim, unbiased).sqrt()
 
-    def argmax(self, axis: int | None = None, keepdim: bool = False, dim: int | None = None) -> Tensor:
+    def argmax(
+        self, axis: builtins.int | None = None, keepdim: builtins.bool = False, dim: builtins.int | None = None
+    ) -> Tensor:
         axis = dim if dim is not None else axis
         if axis is None:
             return self.flatten().argmax(0)
@@ -1074,12 +1081,14 @@ class Tensor:
         first = (is_max.cast(dtypes.int64) * count_down).max(d, keepdim)
         return n - first
 
-    def argmin(self, axis: int | None = None, keepdim: bool = False, dim: int | None = None) -> Tensor:
+    def argmin(
+        self, axis: builtins.int | None = None, keepdim: builtins.bool = False, dim: builtins.int | None = None
+    ) -> Tensor:
         axis = dim if dim is not None else axis
         x = self.logical_not() if self.dtype == dtypes.bool else -self
         return x.argmax(axis, keepdim)
 
-    def logsumexp(self, axis: Any = None, keepdim: bool = False, dim: Any = None) -> Tensor:
+    def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float()
         m = x.max(axis, keepdim=True).detach()
@@ -1087,17 +1096,17 @@ class Tensor:
         out = (x - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
 
-    def softmax(self, dim: int = -1, dtype: DType | str | None = None) -> Tensor:
+    def softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
         e = (x - x.max(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
-    def log_softmax(self, dim: int = -1, dtype: DType | str | None = None) -> Tensor:
+    def log_softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
         shifted = x - x.max(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
-    def cumsum(self, dim: int = 0) -> Tensor:
+    def cumsum(self, dim: builtins.int = 0) -> Tensor:
         """As a masked reduction: out[i] = sum_j x[j] * (j <= i)."""
         if self.ndim == 0:
             return self
@@ -1110,10 +1119,10 @@ class Tensor:
         prod = x.cast(acc).unsqueeze(-2) * lower.cast(acc)  # (..., n_i, n_j)
         return prod.sum(-1).transpose(d, -1)
 
-    def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def all(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.logical_not().any(axis, keepdim).logical_not()
 
-    def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def any(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim, "any")
 
     # ---- linear algebra and friends ----
@@ -1123,7 +1132,7 @@ class Tensor:
     def dot(self, other: Tensor) -> Tensor:
         return matmul(self, other)
 
-    def gather(self, dim: int, index: Tensor) -> Tensor:
+    def gather(self, dim: builtins.int, index: Tensor) -> Tensor:
         """torch.gather: out[..i..] = self[..index[..i..]..] along dim, as a one-hot reduction."""
         d = _norm_dim(dim, self.ndim, "gather")
         if not index.dtype.is_int:
@@ -1137,44 +1146,50 @@ class Tensor:
         values = _move(x, d, -1).unsqueeze(d).expand(onehot.shape)  # x[.., j at the end]
         return where(onehot, values, 0).sum(-1, dtype=self.dtype)
 
-    def one_hot(self, num_classes: int = -1) -> Tensor:
+    def one_hot(self, num_classes: builtins.int = -1) -> Tensor:
         return one_hot(self, num_classes)
 
     def masked_fill(self, mask: Tensor, value: Scalar) -> Tensor:
         return where(mask, value, self)
 
     # ---- rearranging: anneal.shape_ops ----
-    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1) -> Tensor:
         return shape_ops.diagonal(self, offset, dim1, dim2)
 
-    def diag(self, diagonal: int = 0) -> Tensor:
+    def diag(self, diagonal: builtins.int = 0) -> Tensor:
         return shape_ops.diag(self, diagonal)
 
-    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    def roll(
+        self, shifts: builtins.int | Sequence[builtins.int], dims: builtins.int | Sequence[builtins.int] | None = None
+    ) -> Tensor:
         return shape_ops.roll(self, shifts, dims)
 
-    def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int | None = None) -> Tensor:
         return shape_ops.repeat_interleave(self, repeats, dim)
 
     def t(self) -> Tensor:
         return shape_ops.t(self)
 
-    def std_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def std_mean(
+        self, dim: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1
+    ) -> tuple[Tensor, Tensor]:
         return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
 
-    def var_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def var_mean(
+        self, dim: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1
+    ) -> tuple[Tensor, Tensor]:
         return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
-    def tril(self, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: builtins.int = 0) -> Tensor:
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(c, device=self.device).reshape(1, c) <= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
         return where(keep, self, 0)
 
-    def triu(self, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: builtins.int = 0) -> Tensor:
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
@@ -1304,7 +1319,8 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         index = index[:at] + (slice(None),) * (x.ndim - n_real) + index[at + 1 :]
     else:
         index = index + (slice(None),) * (x.ndim - n_real)
-    shrink, flips, steps, final_shape = [], [], [], []
+    shrink, flips, steps = [], [], []
+    final_shape: list[tuple[str, int | None]] = []  # (kind, source dim); a new axis has no source dim
     dim = 0
     for i in index:
         if i is None:
@@ -1344,6 +1360,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         if kind == "new":
             shape.append(1)
         elif kind == "keep":
+            assert d is not None
             shape.append(out.shape[d])
     return out.reshape(tuple(shape))
 
