@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from anneal_ir.plugins import load_plugins
 from anneal_ir.settings import Settings
@@ -68,3 +70,30 @@ def test_registration_is_cheap_and_creates_no_device() -> None:
     plugins = load_plugins(Settings(load_plugins=frozenset({"anneal-wgpu"})), stream=None)
     assert plugins.failures == []
     assert plugins.backends["webgpu"].plugin == "anneal-wgpu"
+
+
+def test_a_missing_or_unusable_runtime_dir_is_replaced_by_a_private_one(tmp_path: Path) -> None:
+    import stat
+
+    from anneal_wgpu.loader import ensure_runtime_dir
+
+    env: dict[str, str] = {}
+    made = ensure_runtime_dir(env)
+    assert made is not None and env["XDG_RUNTIME_DIR"] == made
+    assert stat.S_IMODE(os.stat(made).st_mode) == 0o700 and os.stat(made).st_uid == os.getuid()
+    assert ensure_runtime_dir(env) is None and env["XDG_RUNTIME_DIR"] == made  # a valid one stays
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # what Mesa refuses: readable by others
+    for bad in (str(shared), str(tmp_path / "missing")):
+        env = {"XDG_RUNTIME_DIR": bad}
+        assert ensure_runtime_dir(env) not in (None, bad) and env["XDG_RUNTIME_DIR"] != bad
+
+
+def test_enumerating_adapters_prints_no_mesa_runtime_dir_error() -> None:
+    """Mesa's lavapipe prints "XDG_RUNTIME_DIR is invalid or not set" at each start without one."""
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    code = "from anneal_wgpu.adapters import enumerate_adapters; print(len(enumerate_adapters()[0]))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 1 and "XDG_RUNTIME_DIR" not in result.stderr

@@ -7,8 +7,6 @@ backend works regardless.
 
 from __future__ import annotations
 
-import os
-import sys
 import textwrap
 from typing import Any
 
@@ -91,9 +89,6 @@ def _gpu_section() -> str:
         click.echo(f"  no usable adapter: {found.problem}")
         click.echo("  the CPU backend (numpy) still works: anneal train <model> --device cpu")
         return found.problem
-    if sys.platform.startswith("linux") and not os.environ.get("XDG_RUNTIME_DIR"):
-        # Mesa prints "error: XDG_RUNTIME_DIR is invalid or not set" during enumeration.
-        click.echo("  note: XDG_RUNTIME_DIR is not set; Mesa's warning about it above is harmless")
     return ""
 
 

@@ -45,6 +45,8 @@ class AnnealGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click prints these itself, with their own exit codes (usage errors: 2)
+        except BrokenPipeError:
+            raise  # the reader went away (`anneal ... | head`): click's main exits 1 quietly
         except Exception as exc:
             if _debug():
                 raise  # ANNEAL_DEBUG: the full traceback

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anneal_ir.settings import Settings
+from anneal_wgpu.loader import load_wgpu
 
 ACCEPTED_BACKENDS = ("Vulkan", "Metal", "D3D12")
 # wgpu-native's instance flags for the same backends (D3D12 is spelled DX12 there).
@@ -128,7 +129,7 @@ def enumerate_adapters() -> tuple[tuple[AdapterInfo, ...], tuple[AdapterInfo, ..
 
     Raises ImportError if wgpu (or its native library) cannot be loaded.
     """
-    import wgpu  # deferred: importing wgpu loads a native library, and plugins load eagerly
+    wgpu = load_wgpu()  # deferred: importing wgpu loads a native library, and plugins load eagerly
     from wgpu.backends.wgpu_native import extras
 
     _restrict_instance(extras)

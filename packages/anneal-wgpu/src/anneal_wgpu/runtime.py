@@ -35,6 +35,7 @@ from anneal_schedule.opt import Opt
 from anneal_wgpu.adapters import select_adapter
 from anneal_wgpu.beam import BeamCache, reads_own_output, search
 from anneal_wgpu.kernel_cache import KernelCache
+from anneal_wgpu.loader import load_wgpu
 from anneal_wgpu.render import Kernel, render_wgsl, storage_type
 from anneal_wgpu.render_pool import RenderPool
 
@@ -113,7 +114,7 @@ class WebGPUBackend:
     name = "webgpu"
 
     def __init__(self, settings: Settings | None = None) -> None:
-        import wgpu
+        wgpu = load_wgpu()
 
         settings = settings or Settings.from_env()
         self.beam = settings.beam
