@@ -136,8 +136,9 @@ def test_usage_errors_exit_2(cli: AnnealGroup, runner: CliRunner) -> None:
 
 def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     """`anneal kernels ... | head -1`: no BrokenPipeError, no error line, the exit status click gives it (1)."""
-    proc = subprocess.Popen([sys.executable, "-m", "anneal_cli.main", "kernels", "nanogpt", "--preset", "tiny",
-                             "--backward", "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    argv = [sys.executable, "-m", "anneal_cli.main", "kernels", "nanogpt", "--preset", "tiny", "--backward", "--device",
+            "cpu"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline().startswith(b"k0 ")
     proc.stdout.close()  # what head does after its line

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
+import numpy as np
+import pytest
 from click.testing import CliRunner
 
+from anneal import Tensor
 from anneal_autodiff import vjp_rules
 from anneal_cli.main import AnnealGroup
 
@@ -56,3 +60,32 @@ def test_explain_unknown_op_is_a_usage_error(cli: AnnealGroup, runner: CliRunner
     result = runner.invoke(cli, ["explain", "frobnicate"])
     assert result.exit_code == 2
     assert "known ops" in result.output and "exp2" in result.output
+
+
+@pytest.mark.parametrize(("name", "build", "must"), [
+    ("softmax", lambda x, w: x.softmax(), {"EXP2", "REDUCE_AXIS", "RECIPROCAL"}),
+    ("matmul", lambda x, w: x @ w, {"MUL", "REDUCE_AXIS"}),
+    ("relu", lambda x, w: x.relu(), {"WHERE"}),
+])  # fmt: skip
+def test_explain_a_tensor_level_name_shows_what_it_lowers_to(cli: AnnealGroup, runner: CliRunner, name: str,
+                                                             build: Any, must: set[str]) -> None:  # fmt: skip
+    from anneal.introspect import graph_rows, row_text
+
+    result = runner.invoke(cli, ["explain", name])
+    assert result.exit_code == 0, result.output
+    x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) / 6)
+    expected = [row_text(r) for r in graph_rows([build(x, Tensor(np.ones((3, 4), np.float32)))], [])]
+    lines = result.output.splitlines()
+    assert lines[0].endswith(f"lowers to {len(expected)} UOps (x, y: float32 (2, 3); w: (3, 4))")
+    assert lines[1 : 1 + len(expected)] == expected  # the same graph the Tensor call builds
+    assert must <= {r.split()[1] for r in expected}
+
+
+def test_graph_help_says_what_the_readme_says(cli: AnnealGroup, runner: CliRunner) -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `anneal graph "))
+    help_text = " ".join(runner.invoke(cli, ["graph", "--help"]).output.split())
+    assert "one line per node" in row and "one line per node" in help_text
+    assert "UOp DAG of one training step" in row and "UOp DAG of one training step" in help_text

@@ -48,8 +48,8 @@ def _step_graph(model: str, preset: str | None, device: str, backward: bool,
 def graph(
     model: str, backward: bool, as_json: bool, preset: str | None, device: str, settings: tuple[str, ...]
 ) -> None:
-    """The UOp DAG of one step of MODEL: one line per node."""
-    from anneal.introspect import graph_rows
+    """The UOp DAG of one training step of MODEL, one line per node (--backward: with the gradients, marked)."""
+    from anneal.introspect import graph_rows, row_text
 
     step, _ = _step_graph(model, preset, device, backward, settings)
     rows = graph_rows(step.forward, step.backward)
@@ -57,10 +57,7 @@ def graph(
         click.echo(json.dumps([asdict(r) for r in rows]))
         return
     for r in rows:
-        shape = "" if r.shape is None else "(" + ", ".join(map(str, r.shape)) + ("," if len(r.shape) == 1 else "") + ")"
-        srcs = " ".join(f"%{s}" for s in r.sources)
-        mark = "  [backward]" if r.phase == "backward" else ""
-        click.echo(f"%{r.id:<5} {r.op:<12} {r.dtype:<8} {shape:<18} {srcs:<16} {r.arg}{mark}".rstrip())
+        click.echo(row_text(r))
     n_bwd = sum(r.phase == "backward" for r in rows)
     click.echo(f"{len(rows)} nodes ({len(rows) - n_bwd} forward, {n_bwd} backward)")
 
@@ -93,13 +90,22 @@ def kernels(model: str, backward: bool, device: str, preset: str | None, no_sour
 @click.command()
 @click.argument("op")
 def explain(op: str) -> None:
-    """The rewrite, gradient and tangent rules for OP, printed from the real rule tables."""
+    """What OP means to the compiler. A UOp op (exp2, mul, reduce_axis, ...): its rewrite, gradient and tangent
+    rules, printed from the real rule tables. A Tensor method or anneal.nn.functional name (matmul, softmax,
+    relu, layer_norm, ...): the UOp graph it lowers to, traced on a small example."""
     from anneal.introspect import explain as explain_op
+    from anneal.introspect import row_text
 
     try:
         found = explain_op(op)
     except KeyError as exc:
         raise click.UsageError(str(exc.args[0])) from None
+    if found.example:
+        click.echo(f"== {found.example} lowers to {len(found.lowering)} UOps (x, y: float32 (2, 3); w: (3, 4))")
+        for r in found.lowering:
+            click.echo(row_text(r))
+        click.echo(f"its ops: {', '.join(found.primitives)} (anneal explain OP shows an op's rules)")
+        click.echo("")
     for table, rules in found.tables.items():
         click.echo(f"== {table}: {len(rules)} rule(s) for {found.op}")
         for text in rules:

@@ -8,6 +8,7 @@ kernel that computes nodes of both fused across the forward/backward seam.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,14 @@ def graph_rows(forward: list[Tensor], backward: list[Tensor]) -> list[NodeRow]:
     ]
 
 
+def row_text(r: NodeRow) -> str:
+    """One node as `anneal graph` prints it: id, op, dtype, shape, sources, argument, a backward mark."""
+    shape = "" if r.shape is None else "(" + ", ".join(map(str, r.shape)) + ("," if len(r.shape) == 1 else "") + ")"
+    srcs = " ".join(f"%{s}" for s in r.sources)
+    mark = "  [backward]" if r.phase == "backward" else ""
+    return f"%{r.id:<5} {r.op:<12} {r.dtype:<8} {shape:<18} {srcs:<16} {r.arg}{mark}".rstrip()
+
+
 def kernel_rows(forward: list[Tensor], backward: list[Tensor], device: str) -> list[KernelRow]:
     outputs = [t.uop for t in forward + backward]
     run = runner(device)
@@ -108,7 +117,10 @@ def kernel_rows(forward: list[Tensor], backward: list[Tensor], device: str) -> l
 @dataclass
 class Explanation:
     op: str
-    tables: dict[str, list[str]] = field(default_factory=dict)  # table name -> rule sources
+    tables: dict[str, list[str]] = field(default_factory=dict)  # table name -> rule sources (UOp ops)
+    example: str = ""  # a Tensor-level name: the call that was traced, e.g. "x.softmax()"
+    lowering: list[NodeRow] = field(default_factory=list)  # ... and the UOp graph it built
+    primitives: list[str] = field(default_factory=list)  # ... the UOp ops in it, each explainable itself
 
 
 def _rules_for(matcher: PatternMatcher, op: Ops) -> list[str]:
@@ -128,18 +140,68 @@ def known_ops() -> list[str]:
     return sorted(op.name.lower() for op in Ops)
 
 
+# The example a Tensor-level name is traced on: x and y of shape (2, 3), w of (3, 4); names that need other
+# arguments say how they are called. The rest are tried as f(x), f(x, y), f(x, w).
+_ARGUMENTS: dict[str, Callable[[Tensor, Tensor, Tensor], tuple[str, Tensor]]] = {
+    "cross_entropy": lambda x, y, w: ("F.cross_entropy(x, labels)", _functional().cross_entropy(x, Tensor([0, 2]))),
+    "layer_norm": lambda x, y, w: ("F.layer_norm(x, 3)", _functional().layer_norm(x, 3)),
+    "linear": lambda x, y, w: ("F.linear(x, w.T)", _functional().linear(x, w.T)),
+}
+
+
+def _functional() -> Any:
+    from anneal.nn import functional
+
+    return functional
+
+
+def _example_call(name: str) -> tuple[str, Tensor] | None:
+    """Trace the Tensor method or `anneal.nn.functional` function NAME on small inputs; None if there is none."""
+    import numpy as np
+
+    x, y = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) / 6), Tensor(np.ones((2, 3), np.float32))
+    w = Tensor(np.ones((3, 4), np.float32))
+    if name in _ARGUMENTS:
+        return _ARGUMENTS[name](x, y, w)
+    method = getattr(Tensor, name, None) if not name.startswith("_") else None
+    function = getattr(_functional(), name, None) if not name.startswith("_") else None
+    target, prefix = (method, "x.") if callable(method) else (function, "F.")
+    if not callable(target):
+        return None
+    for label, args in (("", ()), ("y", (y,)), ("w", (w,))):
+        try:
+            out = target(x, *args)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(out, Tensor):
+            call = f"{prefix}{name}({label})" if prefix == "x." else f"F.{name}(x{', ' + label if label else ''})"
+            return call, out
+    return None
+
+
 def explain(op_name: str) -> Explanation:
-    """The symbolic rules, VJP rule and JVP rule that fire for one op, from the real tables."""
+    """What a name means to the compiler: for a UOp op, the symbolic, VJP and JVP rules that fire for it, from
+    the real tables; for a Tensor-level name (matmul, softmax, relu, ...), the UOp graph it lowers to."""
     from anneal_autodiff import jvp_rules, vjp_rules
     from anneal_ir.symbolic import symbolic
 
-    try:
-        op = Ops[op_name.upper()]
-    except KeyError:
-        raise KeyError(f"unknown op {op_name!r}; known ops: {', '.join(known_ops())}") from None
-    tables = {"symbolic (index simplification)": symbolic, "vjp (reverse mode)": vjp_rules,
-              "jvp (forward mode)": jvp_rules}  # fmt: skip
-    return Explanation(op.name, {name: _rules_for(m, op) for name, m in tables.items()})
+    name = op_name.lower()
+    op = Ops.__members__.get(op_name.upper())
+    traced = _example_call(name)
+    if op is None and traced is None:
+        raise KeyError(f"unknown op {op_name!r}; known ops: {', '.join(known_ops())}; or a Tensor method or "
+                       "anneal.nn.functional name (matmul, softmax, relu, layer_norm, ...)")  # fmt: skip
+    found = Explanation(op.name if op is not None else name)
+    if op is not None:
+        tables = {"symbolic (index simplification)": symbolic, "vjp (reverse mode)": vjp_rules,
+                  "jvp (forward mode)": jvp_rules}  # fmt: skip
+        found.tables = {table: _rules_for(m, op) for table, m in tables.items()}
+    if traced is not None:
+        found.example, out = traced
+        found.lowering = graph_rows([out], [])
+        plumbing = {"BUFFER", "BUFFER_VIEW", "CONST", "DEVICE", "UNIQUE"}
+        found.primitives = sorted({r.op.lower() for r in found.lowering if r.op not in plumbing})
+    return found
 
 
 def gradient_example(op_name: str) -> tuple[UOp, UOp] | None:
@@ -148,7 +210,9 @@ def gradient_example(op_name: str) -> tuple[UOp, UOp] | None:
     from anneal_autodiff.vjp import vjp_rule
     from anneal_ir import GroupOp, dtypes
 
-    op = Ops[op_name.upper()]
+    op = Ops.__members__.get(op_name.upper())
+    if op is None:  # a Tensor-level name: its lowering is the example
+        return None
 
     def placeholder(name: str, shape: tuple[int, ...] = (), dtype: Any = dtypes.float32) -> UOp:
         u = UOp(Ops.DEFINE_VAR, dtype, (), (name, 0, 1))
