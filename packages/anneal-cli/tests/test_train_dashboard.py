@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
+from rich.text import Text
 
 from anneal_cli import loop, train
 from anneal_cli.dashboard import CompilerStats, Dashboard, fmt_duration, seam_stats
@@ -55,13 +56,13 @@ def test_dashboard_shows_header_progress_chart_and_numbers() -> None:
     assert dash.done == 20 and len(dash.series()[0]) == 20 and [s for s, _ in dash.series()[1]] == [5, 10, 15, 20]
     text = render(Console(file=io.StringIO(), width=100, height=40, color_system=None), dash)
     assert "anneal train halving" in text
-    assert "model halving  device cpu  parameters 12,345  batch 8" in text
+    assert "device cpu  params 12,345  batch 8" in text  # the model is the title
     assert "20/20  100%" in text and "steps/s" in text and "ETA 0:00:00" in text
     assert "loss (log scale)" in text  # the loss fell by more than a decade
     assert "train loss" in text and "val loss" in text  # the legend of the two series
     chart = [ln for ln in text.splitlines() if "│ │" in ln or "│ ┌" in ln]
     assert len(chart) >= 5  # a real chart: a box of rows
-    assert f"loss {0.5**20:.4f}" in text and f"val {1.1 * 0.5**20:.4f} (step 20)" in text
+    assert f"loss {0.5**20:.4f}" in text and f"val {1.1 * 0.5**20:.4f}  lr" in text  # (step N) only when older
     assert "lr 1.0e-01" in text
 
 
@@ -74,6 +75,55 @@ def test_chart_waits_for_two_points_and_history_seeds_it() -> None:
     text = render(Console(file=io.StringIO(), width=80, height=30, color_system=None), resumed)
     assert "4/10" in text and "train loss" in text and "val loss" in text
     assert "loss (log scale)" not in text  # 4 -> 1 is less than a decade: linear
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_no_eta_until_two_steps_ran() -> None:
+    clock = Clock()
+    dash = Dashboard(Console(file=io.StringIO(), width=80, height=24), model="m", device="cpu", steps=100,
+                     clock=clock)  # fmt: skip
+    clock.now = 30.0  # the first step compiles: 30 s, which says nothing of the other 99
+    dash.after_step(1, 1.0)
+    assert dash.rate() is None and "ETA" not in render(Console(file=io.StringIO(), width=80, height=24), dash)
+    clock.now = 30.5
+    dash.after_step(2, 0.5)
+    text = render(Console(file=io.StringIO(), width=80, height=24), dash)
+    assert dash.rate() == 2.0 and f"ETA {fmt_duration(98 / 2.0)}" in text
+
+
+class Compiler:
+    """CompilerStats' two lines, as long as a real run's."""
+
+    def text(self) -> Text:
+        return Text("33 kernels/step, 7 of 11 fused across the seam\n"
+                    "schedule cache 10 hits / 2 misses  jit 2998 replays  24 programs compiled")  # fmt: skip
+
+
+@pytest.mark.parametrize(("width", "height", "room"), [(80, 24, 4), (60, 20, 6)])
+def test_every_line_is_one_row_and_the_summary_has_room(width: int, height: int, room: int) -> None:
+    console = Console(file=io.StringIO(), width=width, height=height, color_system=None)
+    settings = [("preset", "tiny"), ("batch", 128), ("lr", 0.01), ("seed", 0)]
+    dash = Dashboard(console, model="mlp", device="cpu", steps=3000, settings=settings, parameters=1185,
+                     compiler=Compiler(), refresh_per_second=50)  # type: ignore[arg-type]  # a stand-in  # fmt: skip
+    with dash:
+        loop.run(Halving(), 300, log_every=100, eval_every=100, emit=lambda r: None, observers=[dash])
+    lines = render(Console(file=io.StringIO(), width=width, height=height, color_system=None), dash).splitlines()
+    assert len(lines) <= height - room  # the panel, and below it the run's summary lines and the prompt
+    assert all(len(line) <= width for line in lines)
+    body = lines[1:-1]
+    assert all(line.startswith("│") and line.endswith("│") for line in body)  # no row spilled onto the next
+    text = "\n".join(lines)
+    assert "ETA" in text and "steps/s" in text and "step 300  loss" in text and "fused across the seam" in text
+    if width >= 80:
+        assert "…" not in text  # at 80 columns nothing is cut either
+        assert "device cpu  params 1,185  preset tiny  batch 128  lr 0.01  seed 0" in text
 
 
 def test_fmt_duration() -> None:
@@ -91,7 +141,7 @@ def test_compiler_stats_from_the_real_runner() -> None:
     assert stats.kernels_per_step is not None and stats.kernels_per_step > 0
     text = stats.text().plain
     assert f"{stats.kernels_per_step} kernels/step" in text
-    assert f"{seam.fused} of {seam.kernels} fwd+bwd kernels fused across the seam" in text
+    assert f"kernels/step, {seam.fused} of {seam.kernels} fused across the seam" in text
     assert "jit 3 replays" in text and "hits /" in text and "misses" in text
 
 
@@ -132,6 +182,28 @@ def tmux() -> Iterator[Any]:
     subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, timeout=10)
 
 
+def test_at_80_by_24_the_whole_panel_and_the_summary_stay_on_screen(tmux: Any) -> None:
+    command = [sys.executable, "-m", "anneal_cli.main", "train", "mlp", "--preset", "tiny", "--device", "cpu"]
+    script = f'{shlex.join(command)}; echo "[exit $?]"; sleep 60'
+    env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
+    env.pop("ANNEAL_DEBUG", None)
+    subprocess.run(["tmux", "-L", f"anneal-test-{os.getpid()}", "new-session", "-d", "-x", "80", "-y", "24",
+                    "sh", "-c", script], env=env, check=True, timeout=10)  # fmt: skip
+    screen = ""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "[exit" not in screen:
+        time.sleep(0.2)
+        screen = tmux("capture-pane", "-p")
+    lines = screen.rstrip("\n").splitlines()
+    assert "[exit 0]" in screen, screen
+    top = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+    bottom = next(i for i, line in enumerate(lines) if line.startswith("╰"))
+    assert top == 0 and "anneal train mlp" in lines[0], screen  # nothing scrolled off the top
+    assert all(line.startswith("│") and line.rstrip().endswith("│") for line in lines[top + 1 : bottom]), screen
+    assert "…" not in screen and "trained mlp to step 200/200" in lines[bottom + 1]
+    assert lines[bottom + 2].startswith("mlp: eval loss")
+
+
 def test_dashboard_on_a_real_terminal(tmux: Any) -> None:
     command = [sys.executable, "-m", "anneal_cli.main", "train", "mlp", "--preset", "tiny", "--device", "cpu"]
     script = f'{shlex.join(command)}; echo "[exit $?]"; sleep 60'
@@ -150,7 +222,7 @@ def test_dashboard_on_a_real_terminal(tmux: Any) -> None:
         time.sleep(0.2)
     assert "[exit 0]" in screen, screen
     assert screen.count("anneal train mlp") == 1, screen  # one panel, redrawn in place
-    assert "model mlp  device cpu  parameters 1,185  preset tiny  batch 128  lr 0.01  seed 0" in screen
+    assert "device cpu  params 1,185  preset tiny  batch 128  lr 0.01  seed 0" in screen
     assert "200/200  100%" in screen and "steps/s" in screen and "ETA 0:00:00" in screen
     assert "loss (log scale)" in screen and "train loss" in screen and "val loss" in screen
     assert sum(ln.count("▀") + ln.count("▄") + ln.count("▖") + ln.count("▝") for ln in screen.splitlines()) > 40

@@ -1,16 +1,19 @@
 """The live terminal dashboard of `anneal train` (rich Live, the loss chart drawn by uniplot).
 
-    ╭─ anneal train mlp ─────────────────────────────────────────────────╮
-    │ model mlp  preset small  device cpu  parameters 4,417  batch 256   │
-    │ ━━━━━━━━━━━━━━━━━━━━━━╸━━━━━━━━━  230/500  46%  812 steps/s  ETA 0:00:01 │
-    │ ┌──────────── loss (log scale) ────────────┐                       │
-    │ │▀▚▄▄ ...                                   │ 1                    │
-    │ step 230  loss 0.0123  val 0.0130  lr 1.0e-02  1.2 ms/step          │
-    │ compiler  14 kernels/step  3 of 20 fwd/bwd kernels fused across ... │
-    ╰────────────────────────────────────────────────────────────────────╯
+    ╭─ anneal train mlp ───────────────────────────────────────────────────────────╮
+    │ device cpu  params 4,417  preset small  batch 256                            │
+    │ ━━━━━━━━━╸━━━━━━  230/500   46%  812.0 steps/s  ETA 0:00:01  elapsed 0:00:01 │
+    │ ┌──────────── loss (log scale) ────────────┐                                 │
+    │ │▀▚▄▄ ...                                   │ 1                              │
+    │ step 230  loss 0.0123  val 0.0130  lr 1.0e-02  1.2 ms/step                   │
+    │ compiler  14 kernels/step, 3 of 20 fused across the seam                     │
+    │ schedule cache 2 hits / 1 misses  jit 228 replays  24 programs compiled      │
+    ╰──────────────────────────────────────────────────────────────────────────────╯
 
 It is an observer of the loop (anneal_cli.loop): it only records numbers as they come;
-rich redraws it a few times a second from its own thread.
+rich redraws it a few times a second from its own thread. Every line is one terminal row (cut with an
+ellipsis, never wrapped) and the panel leaves room below it for the run's summary, so 80x24 shows it whole
+and 60x20 still reads; no ETA until two steps have run (the first one compiles).
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ from rich.table import Table
 from rich.text import Text
 
 from anneal_cli.loop import StepLog
+
+PANEL_ROWS = 12
+SUMMARY_ROWS = 4
+
+
+def _row(text: Text) -> Text:
+    """One terminal row: cut with an ellipsis when narrow, never wrapped."""
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -99,9 +111,9 @@ class CompilerStats:
         t.append(kps, "bold")
         t.append(" kernels/step")
         if self.seam is not None:
-            t.append("  ")
+            t.append(", ")
             t.append(str(self.seam.fused), "bold")
-            t.append(f" of {self.seam.kernels} fwd+bwd kernels fused across the seam")
+            t.append(f" of {self.seam.kernels} fused across the seam")
         t.append("\nschedule cache ")
         t.append(f"{hits}", "bold green")
         t.append(" hits / ")
@@ -194,10 +206,12 @@ class Dashboard:
         self.last: StepLog | None = None
         self.loss: float | None = None
         self.t0 = clock()
+        # (time, step) after each step of this process: the first step (compiling) only starts the window
         self._recent: deque[tuple[float, int]] = deque(maxlen=64)
-        self._recent.append((self.t0, start))
-        height = console.size.height
-        self.chart_height = max(5, min(16, height - 14))
+        # The panel's rows besides the chart's plot: borders 2, header, progress, numbers, compiler 2, and the
+        # chart's title, frame 2, x labels, legend; and the summary printed below it (3 rows with the prompt).
+        summary = SUMMARY_ROWS if console.size.width >= 80 else SUMMARY_ROWS + 2  # its lines wrap when narrow
+        self.chart_height = max(2, min(16, console.size.height - PANEL_ROWS - summary))
         self.live = Live(self, console=console, refresh_per_second=refresh_per_second, transient=False)
         self.finished_at: float | None = None
 
@@ -231,38 +245,41 @@ class Dashboard:
     def rate(self) -> float | None:
         """Steps per second over the recent steps (the first, compiling steps drop out of the window)."""
         with self._lock:
+            if len(self._recent) < 2:
+                return None
             (t_a, s_a), (t_b, s_b) = self._recent[0], self._recent[-1]
         return (s_b - s_a) / (t_b - t_a) if s_b > s_a and t_b > t_a else None
 
     # ---- rendering ----
     def header(self) -> Text:
-        t = Text()
-        t.append("model ", "dim")
-        t.append(self.model, "bold cyan")
-        t.append("  device ", "dim")
+        t = Text()  # the model is the panel's title
+        t.append("device ", "dim")
         t.append(self.device, "bold")
         if self.parameters is not None:
-            t.append("  parameters ", "dim")
+            t.append("  params ", "dim")
             t.append(f"{self.parameters:,}", "bold")
         for k, v in self.settings:
             t.append(f"  {k} ", "dim")
             t.append(str(v))
-        return t
+        return _row(t)
 
-    def progress(self) -> Table:
+    def progress(self, width: int = 80) -> Table:
         done, total = self.done, self.steps
         rate = self.rate()
         elapsed = (self.finished_at or self.clock()) - self.t0
         eta = 0.0 if done >= total else (None if rate is None else (total - done) / rate)
         grid = Table.grid(padding=(0, 1), expand=True)
-        grid.add_column(ratio=1)
-        grid.add_column(no_wrap=True)
+        grid.add_column(ratio=1, min_width=4)
+        grid.add_column(no_wrap=True, overflow="ellipsis")
         info = Text()
         info.append(f"{done}/{total}", "bold")
         info.append(f"  {100 * done / max(total, 1):3.0f}%")
         info.append(f"  {rate:,.1f} steps/s" if rate is not None else "  - steps/s")
-        info.append(f"  elapsed {fmt_duration(elapsed)}  ETA {fmt_duration(eta)}")
-        grid.add_row(ProgressBar(total=max(total, 1), completed=done), info)
+        if eta is not None:  # none until two steps ran: the first one's compile time says nothing of the rest
+            info.append(f"  ETA {fmt_duration(eta)}")
+        if width >= 76:  # narrower, the bar needs the room
+            info.append(f"  elapsed {fmt_duration(elapsed)}")
+        grid.add_row(ProgressBar(total=max(total, 1), completed=done), _row(info))
         return grid
 
     def numbers(self) -> Text:
@@ -278,18 +295,19 @@ class Dashboard:
         if val is not None:
             t.append("  val ", "dim")
             t.append(f"{val[1]:.4f}", "bold magenta")
-            t.append(f" (step {val[0]})", "dim")
+            if val[0] != self.done:
+                t.append(f" (step {val[0]})", "dim")
         if rec is not None and rec.lr is not None:
             t.append("  lr ", "dim")
             t.append(f"{rec.lr:.1e}")
         if rec is not None:
             t.append(f"  {rec.ms_per_step:.1f} ms/step", "dim")
-        return t
+        return _row(t)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        parts: list[Any] = [self.header(), self.progress(), LossChart(self, self.chart_height), self.numbers()]
+        chart = LossChart(self, self.chart_height)
+        parts: list[Any] = [self.header(), self.progress(options.max_width), chart, self.numbers()]
         if self.compiler is not None:
-            stats = Text("compiler  ", "dim")
-            stats.append_text(self.compiler.text())
-            parts.append(stats)
+            first, second = self.compiler.text().split("\n")
+            parts += [_row(Text("compiler  ", "dim") + first), _row(second)]
         yield Panel(Group(*parts), title=f"anneal train {self.model}", title_align="left", border_style="blue")
