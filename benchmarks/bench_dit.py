@@ -23,8 +23,9 @@ import torch
 from anneal_models import dit, generative, images, meanflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anneal-models" / "tests"))
-from timing import time_steps  # noqa: E402 - benchmarks/timing.py, beside this script
 from torch_reference import TorchDiT, torch_meanflow_loss  # noqa: E402 - the tests' oracle of the same net
+
+from anneal_cli.bench.timing import time_steps
 
 
 def anneal_steps(module: Any, config: dict[str, Any], device: str, steps: int) -> tuple[float, float]:

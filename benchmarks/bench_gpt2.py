@@ -18,8 +18,8 @@ import time
 import numpy as np
 import torch
 import transformers
-from timing import time_steps  # benchmarks/timing.py, beside this script
 
+from anneal_cli.bench.timing import time_steps
 from anneal_models import gpt2
 
 SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257}

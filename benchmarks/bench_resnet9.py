@@ -28,7 +28,8 @@ from anneal_models import classify, images, resnet9
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anneal-models" / "tests"))
 from test_vision_models import TorchResNet9  # noqa: E402 - the tests' torch oracle of the same net
-from timing import time_steps  # noqa: E402 - benchmarks/timing.py, beside this script
+
+from anneal_cli.bench.timing import time_steps
 
 EPOCHS_TO_94 = 24  # Page's schedule reaches 94% in 24 epochs
 

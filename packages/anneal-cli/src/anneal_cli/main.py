@@ -77,6 +77,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 def build_cli() -> AnnealGroup:
     """A fresh group with the built-in commands (tests build one per test)."""
+    from anneal_cli.bench.command import bench
     from anneal_cli.data_cmds import cache, download
     from anneal_cli.doctor import doctor
     from anneal_cli.eval_cmd import evaluate
@@ -111,6 +112,7 @@ def build_cli() -> AnnealGroup:
     cli.add_command(gpt2)
     cli.add_command(viz)
     cli.add_command(web)
+    cli.add_command(bench)
     assert isinstance(cli, AnnealGroup)
     return cli
 

@@ -1,0 +1,1 @@
+"""`anneal bench`: the benchmark suite as a command (cases, timing, the command)."""
