@@ -1074,15 +1074,32 @@ def test_toplevel_functions_as_torch() -> None:
 
 
 @pytest.mark.parametrize("op", ["max", "min"])
-def test_max_min_with_dim_return_values_tensor(op: str) -> None:
-    arr = np.array([[1.0, 5.0, -2.0], [7.0, 0.0, 3.0]], dtype=np.float32)
-    out = getattr(t(arr), op)(1)
-    assert isinstance(out, Tensor)
-    np.testing.assert_array_equal(out.numpy(), getattr(arr, op)(1))
-    out = getattr(t(arr), op)(dim=0, keepdim=True)
-    assert isinstance(out, Tensor) and out.shape == (1, 3)
-    arg = getattr(t(arr), "arg" + op)(1)
-    np.testing.assert_array_equal(arg.numpy(), getattr(arr, "arg" + op)(1))
+def test_max_min_with_a_dim_return_values_and_indices_as_torch(op: str) -> None:
+    arr = np.array([[1.0, 5.0, -2.0, 5.0], [7.0, np.nan, 3.0, 7.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    for kwargs in ({"dim": 1}, {"dim": 0, "keepdim": True}, {"dim": -1, "keepdim": False}):
+        got, want = getattr(t(arr), op)(**kwargs), getattr(torch.tensor(arr), op)(**kwargs)
+        assert isinstance(got, tuple) and got._fields == ("values", "indices")
+        np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())  # NaN wins, as torch
+        np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())  # the first of ties
+        assert got.indices.dtype.name == "int64" and got.values.shape == tuple(want.values.shape)
+        values, indices = got  # unpacks like torch's
+        assert values.shape == indices.shape
+    np.testing.assert_array_equal(getattr(t(arr), op)().numpy(), getattr(torch.tensor(arr), op)().numpy())
+    other = np.full_like(arr, 2.0)
+    np.testing.assert_array_equal(getattr(t(arr), op)(t(other)).numpy(),
+                                  getattr(torch.tensor(arr), op)(torch.tensor(other)).numpy())  # fmt: skip
+    with pytest.raises(TypeError, match="amax/amin take several"):
+        getattr(t(arr), op)((0, 1))
+    with pytest.raises(IndexError, match="empty dim"):
+        getattr(t(np.zeros((2, 0), np.float32)), op)(1)
+
+
+def test_the_gradient_of_max_values_reaches_the_chosen_elements() -> None:
+    arr = np.array([[1.0, 5.0, 5.0], [7.0, 0.0, 7.0]], dtype=np.float32)  # ties: the first one's alone
+    x, tx = Tensor(arr, requires_grad=True), torch.tensor(arr, requires_grad=True)
+    (x.max(1).values * Tensor([2.0, 3.0])).sum().backward()
+    (tx.max(1).values * torch.tensor([2.0, 3.0])).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
 
 
 # ---- errors ----

@@ -35,7 +35,7 @@ CASES = {
     "row softmax": (lambda x, w, b: x.softmax(-1), lambda x, w, b: np.exp(x) / np.exp(x).sum(-1, keepdims=True)),
     "sum over batch": (lambda x, w, b: x.sum(0), lambda x, w, b: x.sum(0)),
     "mean over batch": (lambda x, w, b: x.mean(0), lambda x, w, b: x.mean(0)),
-    "max over batch": (lambda x, w, b: x.max(0), lambda x, w, b: x.max(0)),
+    "max over batch": (lambda x, w, b: x.amax(0), lambda x, w, b: x.max(0)),
     "mean of all": (lambda x, w, b: x.mean(), lambda x, w, b: np.float32(x.mean())),
     "var over batch": (lambda x, w, b: x.var(0), lambda x, w, b: x.var(0, ddof=1)),
     "transpose matmul": (lambda x, w, b: x.T @ x, lambda x, w, b: x.T @ x),

@@ -64,7 +64,7 @@ class MoEFeedForward(Module):
         b, t, c = x.shape
         tokens = x.reshape(b * t, c)
         gates = self.router(tokens).softmax(-1)  # (N, E)
-        top = (gates == gates.max(-1, keepdim=True)).detach().float()  # each token's top expert (one-hot)
+        top = (gates == gates.amax(-1, keepdim=True)).detach().float()  # each token's top expert (one-hot)
         self._stats = (top.mean(0), gates.mean(0))
         h = F.gelu(tokens.unsqueeze(0).matmul(self.w_fc))  # (E, N, hidden)
         weighted = h * gates.transpose(0, 1).unsqueeze(-1)

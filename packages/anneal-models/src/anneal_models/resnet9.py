@@ -76,7 +76,7 @@ class ResNet9(Module):
         x = self.prep(x)
         x = self.res1(F.max_pool2d(self.layer1(x), 2))
         x = F.max_pool2d(self.layer2(x), 2)
-        return self.res3(F.max_pool2d(self.layer3(x), 2)).max((2, 3))
+        return self.res3(F.max_pool2d(self.layer3(x), 2)).amax((2, 3))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x)) * 0.125

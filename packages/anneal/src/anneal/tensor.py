@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -62,6 +62,13 @@ def broadcast_shape(*shapes: Shape, op: str = "broadcast") -> Shape:
             )
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+class ValuesIndices(NamedTuple):
+    """What torch's max/min (with a dim), sort, topk, cummax and cummin return: (values, indices)."""
+
+    values: Tensor
+    indices: Tensor
 
 
 class Tensor:
@@ -1019,23 +1026,37 @@ class Tensor:
         out = where(zero, 0.0, where((negs % 2) == 1, -mag, mag))
         return out if self.dtype.is_float else out.round().cast(self.dtype)
 
-    def max(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
-        axis = dim if dim is not None else axis
-        if any(self.shape[a] == 0 for a in self._axes(axis, "max")):
-            raise RuntimeError(f"max: cannot reduce over an empty dim of shape {self.shape} (max has no identity)")
-        return self._reduce(Ops.MAX, axis, keepdim, "max")
-
-    def min(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
-        axis = dim if dim is not None else axis
-        if self.dtype == dtypes.bool:
-            return self.logical_not().max(axis, keepdim).logical_not()
-        return -((-self).max(axis, keepdim))
-
     def amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
-        return self.max(dim, keepdim)
+        if any(self.shape[a] == 0 for a in self._axes(dim, "amax")):
+            raise RuntimeError(f"amax: cannot reduce over an empty dim of shape {self.shape} (max has no identity)")
+        return self._reduce(Ops.MAX, dim, keepdim, "amax")
 
     def amin(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
-        return self.min(dim, keepdim)
+        if self.dtype == dtypes.bool:
+            return self.logical_not().amax(dim, keepdim).logical_not()
+        return -((-self).amax(dim, keepdim))
+
+    def max(self, dim: Any = None, keepdim: builtins.bool = False, *, axis: Any = None) -> Any:
+        """torch.max: the largest element; with an int dim, (values, indices) along it; with a Tensor, maximum."""
+        return self._extreme("max", axis if dim is None else dim, keepdim)
+
+    def min(self, dim: Any = None, keepdim: builtins.bool = False, *, axis: Any = None) -> Any:
+        """torch.min: the smallest element; with an int dim, (values, indices) along it; with a Tensor, minimum."""
+        return self._extreme("min", axis if dim is None else dim, keepdim)
+
+    def _extreme(self, name: str, dim: Any, keepdim: builtins.bool) -> Any:
+        if isinstance(dim, Tensor):
+            return self.maximum(dim) if name == "max" else self.minimum(dim)
+        if dim is None:
+            return self.amax(None, keepdim) if name == "max" else self.amin(None, keepdim)
+        if not isinstance(dim, builtins.int) or isinstance(dim, builtins.bool):
+            raise TypeError(f"{name}(dim) takes one int dim, as torch's, got {dim!r}; amax/amin take several")
+        if any(self.shape[a] == 0 for a in self._axes(dim, name)):
+            raise IndexError(f"{name}(): cannot reduce over the empty dim {dim} of shape {self.shape} "
+                             f"(an empty dim has no {name}imum)")  # fmt: skip
+        index = self.argmax(dim, True) if name == "max" else self.argmin(dim, True)
+        values = self.gather(dim, index)  # not amax: the gradient goes to the chosen element alone, as torch's
+        return ValuesIndices(values, index) if keepdim else ValuesIndices(values.squeeze(dim), index.squeeze(dim))
 
     def mean(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
@@ -1075,10 +1096,10 @@ class Tensor:
             return self.flatten().argmax(0)
         d = _norm_dim(axis, self.ndim, "argmax")
         n = self.shape[d]
-        m = self.max(d, keepdim=True)
+        m = self.amax(d, keepdim=True)
         is_max = (self == m) | ((self != self) & (m != m))  # NaN is the max, as torch
         count_down = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
-        first = (is_max.cast(dtypes.int64) * count_down).max(d, keepdim)
+        first = (is_max.cast(dtypes.int64) * count_down).amax(d, keepdim)
         return n - first
 
     def argmin(
@@ -1091,19 +1112,19 @@ class Tensor:
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float()
-        m = x.max(axis, keepdim=True).detach()
+        m = x.amax(axis, keepdim=True).detach()
         m = where(m.abs() == math.inf, 0.0, m)
         out = (x - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
 
     def softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        e = (x - x.max(dim, keepdim=True).detach()).exp()
+        e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
     def log_softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        shifted = x - x.max(dim, keepdim=True).detach()
+        shifted = x - x.amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     def cumsum(self, dim: builtins.int = 0) -> Tensor:

@@ -82,7 +82,7 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
     the root is monotonic), so a zero vector's gradient is finite, as torch's."""
     x = input._float()
     if p == math.inf:
-        norm = x.abs().max(dim, keepdim=True).maximum(eps)
+        norm = x.abs().amax(dim, keepdim=True).maximum(eps)
     elif p == 1:
         norm = x.abs().sum(dim, keepdim=True).maximum(eps)
     else:

@@ -267,7 +267,7 @@ def max_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
     lowest = -math.inf if input.dtype.is_float else _int_min(input.dtype)
     x = input.pad(padarg, value=lowest) if any(padarg) else input
     win = _windows(x, k, s, d).flatten(-2)  # (..., oh, ow, kh*kw)
-    values = win.max(-1)
+    values = win.amax(-1)
     if not return_indices:
         return values
     pos = Tensor.arange(h * w, device=input.device).reshape(h, w).pad(padarg)
