@@ -162,6 +162,13 @@ def test_nanogpt_on_two_ranks_equals_one_process_and_resumes_on_one_and_two(
     assert ranks == [2, 2, 2, 1, 1, 1]
 
 
+def test_dropout_on_two_ranks_draws_the_one_process_masks(tmp_path: Path, mpiexec: str, offline_data: None) -> None:
+    args = ["nanogpt", "--preset", "tiny", "--steps", "4", "--set", "dropout=0.2"]  # each rank: its rows' masks
+    train([*args, "--out", str(tmp_path / "one")])
+    train([*args, "--out", str(tmp_path / "two")], mpiexec, 2)
+    np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
+
+
 def test_resume_from_one_process_on_two_ranks(tmp_path: Path, mpiexec: str) -> None:
     args = ["mlp", "--preset", "tiny"]
     train([*args, "--steps", "8", "--out", str(tmp_path / "one")])

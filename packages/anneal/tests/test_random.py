@@ -6,6 +6,7 @@ webgpu give the same numbers bit for bit is checked in tests/test_devices.py, wh
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -189,3 +190,25 @@ def test_rng_state_round_trip_and_fork() -> None:
         random.set_rng_state(np.zeros(2, np.uint32), DEV)
     with pytest.raises(ValueError, match="seed must be in"):
         anneal.manual_seed(-1)
+
+
+def test_batch_shards_draw_their_rows_of_the_whole_batchs_draw() -> None:
+    """What each data-parallel rank draws for its rows is those rows of the one-process draw (dropout too)."""
+    x = Tensor(np.ones((6, 4, 5), np.float32), device=DEV)
+
+    def draws(rows: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        random.manual_seed(11)
+        part = x[rows[0] : rows[1]] if rows else x
+        with random.batch_shard(*rows) if rows else contextlib.nullcontext():
+            return (Tensor.rand(*part.shape, device=DEV).numpy(), F.dropout(part, 0.5).numpy(),
+                    Tensor.rand(3, 2, device=DEV).numpy())  # fmt: skip
+
+    whole = draws(None)
+    shards = [draws((0, 2)), draws((2, 6))]
+    np.testing.assert_array_equal(np.concatenate([shards[0][0], shards[1][0]]), whole[0])
+    np.testing.assert_array_equal(np.concatenate([shards[0][1], shards[1][1]]), whole[1])
+    assert not np.array_equal(shards[0][0], shards[1][0][:2])  # not the same rows twice
+    np.testing.assert_array_equal(shards[1][2], whole[2])  # a draw of another leading size is left alone
+    with pytest.raises(ValueError, match="not a slice"):
+        with random.batch_shard(3, 1):
+            pass

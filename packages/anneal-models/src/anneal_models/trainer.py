@@ -215,7 +215,8 @@ class SupervisedTrainer:
         assert reducer is not None
         x, y = batch
         part = shard(len(x), reducer.rank, reducer.size)
-        out = self._grad_step(*self._as_tensors((x[part], y[part])))
+        with anneal_random.batch_shard(part.start, part.stop):  # dropout: this shard's rows of the global batch's masks
+            out = self._grad_step(*self._as_tensors((x[part], y[part])))
         k = len(out) - len(self.params)
         averaged, values = reducer.average(out[k:], out[:k], (part.stop - part.start) / len(x))
         if self._grad_inputs is None:  # one float32 buffer per gradient, written in place every step (jit arguments)

@@ -16,6 +16,10 @@ schedule run on the device advances the counter past the epoch. So:
 - the same seed gives the same bits on every backend (integer arithmetic), and ``rand`` is an exact
   function of the bits, so cpu and webgpu agree bit for bit (``randn`` to the last ulps of log/cos).
 
+Inside ``batch_shard(start, stop, batch)`` a draw whose leading axis is that shard's rows takes the element
+indices the whole batch's draw gives those rows: data-parallel ranks, each drawing for its shard, draw together
+exactly the dropout masks one process draws for the global batch.
+
 Initializers (``nn`` layers, the zoo's weight init) draw on the host from a numpy Generator seeded
 by the same ``manual_seed``: they run once, at creation, and are identical on every device.
 """
@@ -23,6 +27,7 @@ by the same ``manual_seed``: they run once, at creation, and are identical on ev
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +42,7 @@ from anneal_schedule.decompose import threefry_rounds
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
 
-__all__ = ["fork_rng", "generator", "get_rng_state", "manual_seed", "set_rng_state", "threefry2x32"]
+__all__ = ["batch_shard", "fork_rng", "generator", "get_rng_state", "manual_seed", "set_rng_state", "threefry2x32"]
 
 MASK32 = 0xFFFFFFFF
 
@@ -134,6 +139,23 @@ def fork_rng(devices: list[str]) -> Iterator[None]:
 
 # ---- the graph side ----
 
+# (first row, rows) of the global batch this process draws for; None: the whole batch (one process)
+_shard: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("anneal_batch_shard", default=None)
+
+
+@contextlib.contextmanager
+def batch_shard(start: int, stop: int) -> Iterator[None]:
+    """Draws inside the block whose leading axis has stop - start rows are rows start:stop of the draw the
+    whole batch would make (their element indices move by start rows): each rank of a data-parallel run
+    draws its part of the single-process masks. Other draws (no such leading axis) are unchanged."""
+    if not 0 <= start <= stop:
+        raise ValueError(f"batch_shard: rows {start}:{stop} are not a slice")
+    token = _shard.set((start, stop - start))
+    try:
+        yield
+    finally:
+        _shard.reset(token)
+
 
 def _stream(device: str) -> UOp:
     """A fresh stream number for one draw: a 0-d uint32 graph reading this epoch's snapshot."""
@@ -195,8 +217,11 @@ def bits(shape: tuple[int, ...], device: str) -> tuple[Tensor, Tensor]:
         raise NotImplementedError(f"random draws need a concrete shape, got {shape}: draw for the Variable's bound")
     stream = Tensor._from(_stream(device), device)
     key = Tensor._from(_stream_of(device).key.view((2,)), device)
-    index = Tensor.arange(math.prod(shape), dtype=dtypes.uint32, device=device).reshape(shape)
-    return threefry2x32((key[0], key[1]), (stream, index))
+    index = Tensor.arange(math.prod(shape), dtype=dtypes.uint32, device=device)
+    rows = _shard.get()
+    if rows is not None and rows[0] and shape and shape[0] == rows[1]:  # this shard's rows of the batch's draw
+        index = index + rows[0] * math.prod(shape[1:])
+    return threefry2x32((key[0], key[1]), (stream, index.reshape(shape)))
 
 
 def unit_float(word: Tensor) -> Tensor:
