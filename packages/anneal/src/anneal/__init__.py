@@ -1,6 +1,7 @@
 """anneal: a lazy Tensor whose whole training step compiles to fused kernels."""
 
 from anneal.autograd import jvp
+from anneal.order import argsort, cummax, cummin, cumprod, logcumsumexp, sort, topk
 from anneal.random import manual_seed
 from anneal.registry import hookimpl
 from anneal.shape_ops import linspace, meshgrid
@@ -27,5 +28,6 @@ def from_numpy(array: object) -> Tensor:
     return Tensor(array)
 
 
-__all__ = ["DType", "Tensor", "Variable", "cat", "dtypes", "from_numpy", "hookimpl", "jvp", "linspace", "manual_seed",
-           "matmul", "meshgrid", "stack", "tensor", "where"]  # fmt: skip
+__all__ = ["DType", "Tensor", "Variable", "argsort", "cat", "cummax", "cummin", "cumprod", "dtypes", "from_numpy",
+           "hookimpl", "jvp", "linspace", "logcumsumexp", "manual_seed", "matmul", "meshgrid", "sort", "stack", "tensor",
+           "topk", "where"]  # fmt: skip

@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from anneal import order, shape_ops, special
 from anneal import random as _random
-from anneal import shape_ops, special
 from anneal.composite import with_gradient
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
 from anneal.registry import resolve_device
@@ -1172,6 +1172,31 @@ class Tensor:
 
     def masked_fill(self, mask: Tensor, value: Scalar) -> Tensor:
         return where(mask, value, self)
+
+    # ---- order and scans: anneal.order ----
+    def sort(self, dim: builtins.int = -1, descending: builtins.bool = False,
+             stable: builtins.bool = False) -> ValuesIndices:  # fmt: skip
+        return order.sort(self, dim, descending, stable)
+
+    def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False,
+                stable: builtins.bool = False) -> Tensor:  # fmt: skip
+        return order.argsort(self, dim, descending, stable)
+
+    def topk(self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True,
+             sorted: builtins.bool = True) -> ValuesIndices:  # noqa: A002 - torch's name  # fmt: skip
+        return order.topk(self, k, dim, largest, sorted)
+
+    def cummax(self, dim: builtins.int) -> ValuesIndices:
+        return order.cummax(self, dim)
+
+    def cummin(self, dim: builtins.int) -> ValuesIndices:
+        return order.cummin(self, dim)
+
+    def cumprod(self, dim: builtins.int, dtype: DType | str | None = None) -> Tensor:
+        return order.cumprod(self, dim, dtype)
+
+    def logcumsumexp(self, dim: builtins.int) -> Tensor:
+        return order.logcumsumexp(self, dim)
 
     # ---- rearranging: anneal.shape_ops ----
     def diagonal(self, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1) -> Tensor:
