@@ -29,5 +29,5 @@ def from_numpy(array: object) -> Tensor:
 
 
 __all__ = ["DType", "Tensor", "Variable", "argsort", "cat", "cummax", "cummin", "cumprod", "dtypes", "from_numpy",
-           "hookimpl", "jvp", "linspace", "logcumsumexp", "manual_seed", "matmul", "meshgrid", "sort", "stack", "tensor",
-           "topk", "where"]  # fmt: skip
+           "hookimpl", "jvp", "linspace", "logcumsumexp", "manual_seed", "matmul", "meshgrid", "sort", "stack",
+           "tensor", "topk", "where"]  # fmt: skip
