@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from anneal import order, shape_ops, special
+from anneal import grad_mode, order, shape_ops, special
 from anneal import random as _random
 from anneal.composite import with_gradient
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
@@ -107,7 +107,10 @@ class Tensor:
         anything derived from such a value or from a gradient."""
         t = Tensor._from(uop, device or self.device)
         if self._requires_grad or any(o._requires_grad for o in others):
-            t._requires_grad = True
+            if grad_mode.is_grad_enabled():
+                t._requires_grad = True
+            else:  # no_grad: no history, and none a later backward could reach through
+                t.uop = UOp(Ops.DETACH, uop.dtype, (uop,))
             wait_for_writes(t)
         elif waits_for_writes(self) or any(waits_for_writes(o) for o in others):
             wait_for_writes(t)  # derived from a gradient: computed before the update too
@@ -270,8 +273,22 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        grad = " requires_grad" if self.requires_grad else ""
-        return f"<Tensor {render_shape(self.shape)} {self.dtype.name} on {self.device}{grad}>"
+        """As torch's: the values (computed now, as printing a torch tensor is), and the device, a dtype other
+        than the defaults, requires_grad. A tensor of symbolic shape has no values until a call binds it."""
+        if not all(isinstance(d, builtins.int) for d in self.shape):
+            grad = " requires_grad" if self.requires_grad else ""
+            return f"<Tensor {render_shape(self.shape)} {self.dtype.name} on {self.device}{grad}>"
+        values = self.numpy()
+        style: dict[str, Any] = {}
+        if self.dtype.is_float and not _integer_valued(values):  # torch: 4 decimals (1., 2. when whole)
+            style = {"precision": 4, "floatmode": "fixed"}
+        body = np.array2string(values, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, **style)
+        extras = [f"device='{self.device}'"] if self.device != "cpu" else []
+        if self.dtype not in (dtypes.float32, dtypes.int64, dtypes.bool):
+            extras.append(f"dtype=anneal.{self.dtype.name}")
+        if self.requires_grad:
+            extras.append("requires_grad=True")
+        return f"tensor({body}{''.join(', ' + e for e in extras)})"
 
     def realize(self) -> Tensor:
         """Compute the value now. Autograd still sees how it was computed: backward() after a read works."""
@@ -1240,6 +1257,14 @@ class Tensor:
         keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
         return where(keep, self, 0)
+
+
+def _integer_valued(values: np.ndarray) -> bool:
+    """Whether torch prints these floats as whole numbers (1., 2.) rather than with 4 decimals."""
+    finite = np.abs(values[np.isfinite(values)]).astype(np.float64)
+    nonzero = finite[finite > 0]
+    wide = nonzero.size > 0 and (nonzero.max() >= 1e8 or nonzero.max() / nonzero.min() > 1e3)
+    return bool(np.all(finite == np.round(finite))) and not wide
 
 
 def _move(x: Tensor, src: int, dst: int) -> Tensor:
