@@ -54,6 +54,11 @@ def track_leaf(t: Tensor) -> None:
     _leaves[id(t)] = t
 
 
+def is_leaf(t: Tensor) -> bool:
+    """A tensor made to require grad by the user (a parameter), not one computed from such."""
+    return _leaves.get(id(t)) is t
+
+
 def untrack_leaf(t: Tensor) -> None:
     if _leaves.get(id(t)) is t:
         del _leaves[id(t)]

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from anneal import grad_mode, order, shape_ops, special
+from anneal import grad_mode, indexing, order, shape_ops, special
 from anneal import random as _random
 from anneal.composite import with_gradient
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
@@ -1006,6 +1006,9 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         return getitem(self, index)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        indexing.setitem(self, index, value)
+
     # ---- reductions ----
     def _axes(self, axis: Any, op: str) -> tuple[builtins.int, ...]:
         if axis is None:
@@ -1377,11 +1380,13 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
-    """Basic indexing: ints, slices (any step), None and Ellipsis; a Tensor index gathers."""
+    """Basic indexing: ints, slices (any step), None and Ellipsis; tensors, lists and masks: anneal.indexing."""
     if not isinstance(index, tuple):
         index = (index,)
     if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
-        return _advanced_index(x, index)
+        return indexing.getitem(x, index)
+    if sum(i is Ellipsis for i in index) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
     n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
     if n_real > x.ndim:
         raise IndexError(f"too many indices ({n_real}) for a tensor of shape {x.shape}")
@@ -1446,21 +1451,6 @@ def _stride(x: Tensor, steps: Sequence[int]) -> Tensor:
     x = x.reshape(split)
     x = x._shrink([(0, s) if j % 2 == 0 else (0, 1) for j, s in enumerate(split)])
     return x.reshape(tuple(split[0::2]))
-
-
-def _advanced_index(x: Tensor, index: tuple) -> Tensor:
-    if len(index) != 1:
-        raise NotImplementedError("indexing with a tensor is supported on the first dim only: x[idx]")
-    idx = index[0] if isinstance(index[0], Tensor) else Tensor(np.asarray(index[0]), device=x.device)
-    if idx.dtype == dtypes.bool:
-        raise NotImplementedError("boolean mask indexing has a data-dependent shape; use where() instead")
-    n = x.shape[0]
-    idx = where(idx < 0, idx + n, idx)
-    onehot = idx.unsqueeze(-1) == Tensor.arange(n, device=x.device)  # (*idx, n)
-    flat = x.reshape(n, -1)
-    sel = onehot.cast(flat.dtype if flat.dtype.is_float else dtypes.int64).reshape(-1, n)
-    picked = sel.matmul(flat if flat.dtype.is_float else flat.cast(dtypes.int64))
-    return picked.reshape(*idx.shape, *x.shape[1:]).cast(x.dtype)
 
 
 # ---- data in and out ----
