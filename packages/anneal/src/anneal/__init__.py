@@ -1,6 +1,7 @@
 """anneal: a lazy Tensor whose whole training step compiles to fused kernels."""
 
 from anneal.autograd import jvp
+from anneal.einsum import einsum
 from anneal.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from anneal.order import argsort, cummax, cummin, cumprod, logcumsumexp, sort, topk
 from anneal.random import manual_seed
@@ -29,6 +30,7 @@ def from_numpy(array: object) -> Tensor:
     return Tensor(array)
 
 
-__all__ = ["DType", "Tensor", "Variable", "argsort", "cat", "cummax", "cummin", "cumprod", "dtypes", "enable_grad",
-           "from_numpy", "hookimpl", "is_grad_enabled", "jvp", "linspace", "logcumsumexp", "manual_seed", "matmul",
-           "meshgrid", "no_grad", "set_grad_enabled", "sort", "stack", "tensor", "topk", "where"]  # fmt: skip
+__all__ = ["DType", "Tensor", "Variable", "argsort", "cat", "cummax", "cummin", "cumprod", "dtypes", "einsum",
+           "enable_grad", "from_numpy", "hookimpl", "is_grad_enabled", "jvp", "linspace", "logcumsumexp",
+           "manual_seed", "matmul", "meshgrid", "no_grad", "set_grad_enabled", "sort", "stack", "tensor", "topk",
+           "where"]  # fmt: skip

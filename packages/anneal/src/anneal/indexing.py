@@ -203,3 +203,101 @@ def _replace(x: Tensor, new: Tensor) -> None:
     x.uop = new.uop
     if new.requires_grad and not x.requires_grad:
         x._requires_grad = True
+
+
+# ---- index-driven reads and writes along one dim: torch's scatter family, and the data-sized selections ----
+
+SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+    """torch.scatter: out[..index[i][j]..][j] = src[i][j] along dim (reduce 'add' / 'multiply' combine)."""
+    if reduce is None:
+        return _scatter(x, dim, index, src, "assign", True)
+    legacy = {"add": "sum", "multiply": "prod"}
+    if reduce not in legacy:
+        raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
+    return _scatter(x, dim, index, src, legacy[reduce], True)
+
+
+def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+    """torch.scatter_reduce: every src element combined into its target by sum, prod, mean, amax or amin."""
+    if reduce not in SCATTER_REDUCTIONS:
+        raise RuntimeError(f"scatter_reduce: reduce argument must be one of {', '.join(SCATTER_REDUCTIONS)}, got "
+                           f"{reduce!r}")  # fmt: skip
+    return _scatter(x, dim, index, src, reduce, include_self)
+
+
+def _scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str, include_self: bool) -> Tensor:
+    from anneal.tensor import Tensor, where
+
+    d = dim % max(x.ndim, 1) if -max(x.ndim, 1) <= dim < max(x.ndim, 1) else None
+    if d is None:
+        raise IndexError(f"scatter: dimension {dim} is out of range for a tensor of {x.ndim} dims")
+    if not index.dtype.is_int:
+        raise RuntimeError(f"scatter(): Expected dtype int64 for index, got {index.dtype.name}")
+    if index.ndim != x.ndim:
+        raise RuntimeError(f"scatter: index has {index.ndim} dims but self has {x.ndim} (shapes {index.shape}, "
+                           f"{x.shape})")  # fmt: skip
+    for k, (i, s) in enumerate(zip(index.shape, x.shape)):
+        if k != d and i > s:
+            raise RuntimeError(f"scatter: index {index.shape} is larger than self {x.shape} in dim {k}")
+    values = src if isinstance(src, Tensor) else Tensor.full(tuple(index.shape), src, dtype=x.dtype, device=x.device)
+    if isinstance(src, Tensor):
+        if any(i > s for i, s in zip(index.shape, src.shape)):
+            raise RuntimeError(f"scatter: index {index.shape} is larger than src {src.shape}")
+        values = src._shrink([(0, i) for i in index.shape])
+    values = values.cast(x.dtype)
+    n = x.shape[d]
+    # [.., m (the index's positions along dim), n (the targets)], with the other dims of the index's extent
+    onehot = index.cast(dtypes.int64).transpose(d, -1).unsqueeze(-1) == Tensor.arange(n, device=x.device)
+    v = values.transpose(d, -1).unsqueeze(-1)
+    if reduce == "assign":  # the last write of duplicates wins
+        order = Tensor.arange(onehot.shape[-2], device=x.device).unsqueeze(-1) + 1
+        last = (onehot.cast(dtypes.int64) * order).amax(-2, keepdim=True)
+        onehot = onehot & (order == last)
+    hits = onehot.cast(dtypes.int64).sum(-2)  # [.., n]: writes per target
+    if reduce in ("sum", "mean", "assign"):
+        combined = where(onehot, v, 0).sum(-2, dtype=x.dtype)
+    elif reduce == "prod":
+        combined = where(onehot, v, 1).prod(-2).cast(x.dtype)
+    else:
+        fill = v.amin() if reduce == "amax" else v.amax()  # a value no target's result can exceed
+        picked = where(onehot, v, fill)
+        combined = picked.amax(-2) if reduce == "amax" else picked.amin(-2)
+    # back to x's layout: the index's extent in the other dims, padded to x's shape
+    pads = [(0, s - i) if k != d else (0, 0) for k, (i, s) in enumerate(zip(index.shape, x.shape))]
+    combined, hits = combined.transpose(d, -1)._pad(pads), hits.transpose(d, -1)._pad(pads)
+    hit = hits > 0
+    if reduce == "assign":
+        return where(hit, combined, x)
+    if reduce in ("sum", "mean"):
+        total = x + combined if include_self else combined
+        if reduce == "mean":  # torch: integers divide with floor
+            count = (hits + int(include_self)).maximum(1)
+            total = total / count.cast(total.dtype) if x.dtype.is_float else total.cast(dtypes.int64) // count
+    elif reduce == "prod":
+        total = x * combined if include_self else combined
+    else:
+        total = ((x.maximum(combined) if reduce == "amax" else x.minimum(combined)) if include_self else combined)
+    return where(hit, total, x).cast(x.dtype)
+
+
+def masked_select(x: Tensor, mask: Tensor) -> Tensor:
+    """The elements of x where mask (broadcast together) is True, as 1-d: the mask is read for the count."""
+    from anneal.tensor import broadcast_shape
+
+    if mask.dtype != dtypes.bool:
+        raise RuntimeError(f"masked_select: expected a bool mask, got {mask.dtype.name}")
+    shape = broadcast_shape(tuple(x.shape), tuple(mask.shape), op="masked_select")
+    return x.expand(shape)[mask.expand(shape)]
+
+
+def nonzero(x: Tensor, as_tuple: bool = False) -> Any:
+    """The indices of the nonzero elements (read now: their count is the result's size), int64 (count, ndim)."""
+    from anneal.tensor import Tensor
+
+    where_ = np.nonzero(x.numpy())
+    if as_tuple:
+        return tuple(Tensor(np.asarray(w, np.int64), device=x.device) for w in where_)
+    return Tensor(np.stack(where_, -1).astype(np.int64).reshape(-1, x.ndim), device=x.device)

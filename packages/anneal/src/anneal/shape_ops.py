@@ -124,3 +124,27 @@ def linspace(start: float, end: float, steps: int, dtype: Any = None, device: st
     step = (end - start) / (steps - 1)
     out = where(i < steps // 2, start + i * step, end - (steps - 1 - i) * step)
     return out.cast(dtype) if dtype is not None else out
+
+
+def unfold(x: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    """torch's Tensor.unfold: every window of `size` along dimension, `step` apart, as a new last dim. The
+    windows are slices stacked along dimension (one view each), so it differentiates like any view."""
+    from anneal.tensor import stack
+
+    d = _dim(dimension, x.ndim, "unfold")
+    n = x.shape[d] if x.ndim else 1
+    if size < 0 or size > n:
+        raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {n} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"unfold: step is {step} but must be > 0")
+    if x.ndim == 0:
+        return x.reshape(1)
+    count = (n - size) // step + 1
+    window = [(0, s) for s in x.shape]
+    windows = []
+    for k in range(count):
+        window[d] = (k * step, k * step + size)
+        windows.append(x._shrink(window))
+    stacked = stack(windows, d)  # (.., count, size, ..): the window's own dim goes last
+    order = [i for i in range(stacked.ndim) if i != d + 1] + [d + 1]
+    return stacked.permute(*order)

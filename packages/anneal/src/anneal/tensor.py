@@ -1037,14 +1037,32 @@ class Tensor:
         inner = dtypes.float32 if acc in (dtypes.float16, dtypes.bfloat16) else acc  # f32 accumulation
         return self.cast(inner)._reduce(Ops.ADD, axis, keepdim, "sum").cast(acc)
 
-    def prod(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
+    def prod(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None,
+             dtype: DType | str | None = None) -> Tensor:  # fmt: skip
+        """torch.prod: a pairwise product over the reduced elements (log2(n) rounds of multiplies: exact as a
+        product is, and its gradient at a zero factor is the product of the others); integers and bools give
+        int64 unless dtype says otherwise, as sum."""
         axis = dim if dim is not None else axis
-        x = self._float()
-        mag = x.abs().log2().sum(axis, keepdim).exp2()
-        negs = (x < 0).cast(dtypes.int64).sum(axis, keepdim)
-        zero = (x == 0).cast(dtypes.int64).sum(axis, keepdim) > 0
-        out = where(zero, 0.0, where((negs % 2) == 1, -mag, mag))
-        return out if self.dtype.is_float else out.round().cast(self.dtype)
+        if dtype is not None:
+            return self.cast(dtype).prod(axis, keepdim)
+        if not self.dtype.is_float and self.dtype != dtypes.int64:
+            return self.cast(dtypes.int64).prod(axis, keepdim)
+        axes = self._axes(axis, "prod")
+        rest = [d for d in range(self.ndim) if d not in axes]
+        x = self.permute(*rest, *axes).reshape(*(self.shape[d] for d in rest), -1) if self.ndim else self.reshape(1)
+        n = x.shape[-1]
+        if not isinstance(n, builtins.int):
+            raise NotImplementedError(f"prod over a symbolic size {render_shape(self.shape)}")
+        if n == 0:
+            x, n = Tensor.ones(*x.shape[:-1], 1, dtype=self.dtype, device=self.device), 1
+        while n > 1:  # multiply the halves; an odd last element waits for the next round
+            h = n // 2
+            paired = x[..., :h] * x[..., h : 2 * h]
+            x, n = (cat([paired, x[..., 2 * h :]], -1) if n % 2 else paired), n - h
+        out = x.reshape(*(self.shape[d] for d in rest))
+        if keepdim:
+            out = out.reshape(*(1 if d in axes else self.shape[d] for d in range(self.ndim)))
+        return out
 
     def amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
         if any(self.shape[a] == 0 for a in self._axes(dim, "amax")):
@@ -1187,6 +1205,24 @@ class Tensor:
         values = _move(x, d, -1).unsqueeze(d).expand(onehot.shape)  # x[.., j at the end]
         return where(onehot, values, 0).sum(-1, dtype=self.dtype)
 
+    def scatter(self, dim: builtins.int, index: Tensor, src: Any = None, value: Any = None,
+                reduce: str | None = None) -> Tensor:  # fmt: skip
+        """torch.scatter (src a tensor, or value a scalar); a new tensor, as torch's out-of-place form."""
+        return indexing.scatter(self, dim, index, src if src is not None else value, reduce)
+
+    def scatter_add(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor:
+        return indexing.scatter_reduce(self, dim, index, src, "sum")
+
+    def scatter_reduce(self, dim: builtins.int, index: Tensor, src: Tensor, reduce: str,
+                       include_self: builtins.bool = True) -> Tensor:  # fmt: skip
+        return indexing.scatter_reduce(self, dim, index, src, reduce, include_self)
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        return indexing.masked_select(self, mask)
+
+    def nonzero(self, as_tuple: builtins.bool = False) -> Any:
+        return indexing.nonzero(self, as_tuple)
+
     def one_hot(self, num_classes: builtins.int = -1) -> Tensor:
         return one_hot(self, num_classes)
 
@@ -1232,6 +1268,9 @@ class Tensor:
 
     def repeat_interleave(self, repeats: builtins.int, dim: builtins.int | None = None) -> Tensor:
         return shape_ops.repeat_interleave(self, repeats, dim)
+
+    def unfold(self, dimension: builtins.int, size: builtins.int, step: builtins.int) -> Tensor:
+        return shape_ops.unfold(self, dimension, size, step)
 
     def t(self) -> Tensor:
         return shape_ops.t(self)
