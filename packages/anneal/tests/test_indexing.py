@@ -118,3 +118,11 @@ def test_errors_as_torch() -> None:
     with anneal.no_grad():  # what an optimizer's update does
         w[0] = 3.0
     np.testing.assert_array_equal(w.numpy(), [3.0, 2.0])
+
+
+def test_gathering_from_a_tensor_holding_inf_and_nan_keeps_the_other_rows_exact() -> None:
+    data = np.array([[1.0, np.inf], [-np.inf, 2.0], [np.nan, 3.0]], np.float32)
+    for index in ([1, 0], [[2], [0]]):
+        got = Tensor(data, device=DEV)[Tensor(np.array(index), device=DEV)]
+        want = torch.tensor(data)[torch.tensor(index)]
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

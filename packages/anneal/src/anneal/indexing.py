@@ -88,7 +88,7 @@ def _as_index(i: Any, size: int, dim: int, device: str) -> Tensor:
 
 def getitem(x: Tensor, index: Any) -> Tensor:
     """x[index] with at least one tensor, list, array or boolean mask in it."""
-    from anneal.tensor import Tensor, broadcast_shape
+    from anneal.tensor import Tensor, broadcast_shape, where
 
     index = _full_index(x, index if isinstance(index, tuple) else (index,))
     # 1. the basic part: slices and None as they are, every advanced (or int) position kept whole
@@ -114,9 +114,9 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     n = math.prod(sizes)
     rest = [d for d in range(y.ndim) if d not in dims]
     table = y.permute(*dims, *rest).reshape(n, -1)
-    onehot = flat.reshape(-1).unsqueeze(-1) == Tensor.arange(n, device=x.device)
-    exact = table.dtype.is_float
-    picked = onehot.cast(table.dtype if exact else dtypes.int64).matmul(table if exact else table.cast(dtypes.int64))
+    onehot = flat.reshape(-1, 1, 1) == Tensor.arange(n, device=x.device).reshape(1, n, 1)  # [slot, row, 1]
+    # a select, not a one-hot product: inf and NaN rows elsewhere must not turn 0 * inf into NaN here
+    picked = where(onehot, table.unsqueeze(0), 0).sum(1, dtype=table.dtype)
     out = picked.reshape(*shape, *(y.shape[d] for d in rest)).cast(x.dtype)
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     if adjacent and dims[0] > 0:  # the indexed dims stay where they were
