@@ -154,6 +154,9 @@ class Tensor:
     def full(shape: Any, fill_value: Scalar, dtype: DType | str | None = None, device: str | None = None,
              requires_grad: bool = False) -> Tensor:  # fmt: skip
         shape = _shape_arg(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        negative = [d for d in shape if isinstance(d, builtins.int) and d < 0]
+        if negative:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {list(shape)}")
         dt = dtypes.from_any(dtype) if dtype is not None else scalar_dtype(fill_value)
         dev = resolve_device(device or "auto")[0]
         u = UOp.const(dt, fill_value)
@@ -414,7 +417,7 @@ class Tensor:
                 return self._operands(Tensor(other, device=self.device), op, reverse)
             dt = result_type_with_scalar(self.dtype, other)
             a = self.cast(dt)
-            b = Tensor.full((), other, dt, self.device)
+            b = Tensor.full((), _wrapped(other, dt), dt, self.device)
         shape = broadcast_shape(a.shape, b.shape, op=op)
         a, b = a._broadcast_to(shape), b._broadcast_to(shape)
         return (b, a) if reverse else (a, b)
@@ -446,6 +449,9 @@ class Tensor:
         return self._binary(Ops.MUL, other, "mul")
 
     def div(self, other: Any, rounding_mode: str | None = None) -> Tensor:
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                               f"{rounding_mode!r}")  # fmt: skip
         a, b = self._operands(other, "div")
         if rounding_mode == "floor":
             return a._floordiv(b)
@@ -793,6 +799,8 @@ class Tensor:
         a, b = self._operands(o, "minimum")
         if a.dtype == dtypes.bool:
             return a & b
+        if not a.dtype.is_float:  # ~x reverses the order without overflow (-x of int32's minimum wraps)
+            return (~((~a)._alu(Ops.MAX, ~b))).cast(a.dtype)
         return -((-a)._alu(Ops.MAX, -b))
 
     def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - torch's names
@@ -810,6 +818,8 @@ class Tensor:
         return where(condition, self, other)
 
     def pow(self, o: Any) -> Tensor:
+        if isinstance(o, builtins.float) and not self.dtype.is_float:  # int ** 2.0 is a float, as torch
+            return self.cast(result_type_with_scalar(self.dtype, o)).pow(o)
         if not isinstance(o, Tensor):
             if o == 2:
                 return self * self
@@ -823,6 +833,8 @@ class Tensor:
                 return self.ones_like()
             if o == 0:  # still a function of self (a zero gradient, as torch), not a constant
                 return with_gradient(self.ones_like(), (self,), _zero_gradient)
+        if not self.dtype.is_float and isinstance(o, builtins.int) and not isinstance(o, builtins.bool) and o < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
         a, b = self._operands(o, "pow")
         if a.dtype.is_int and isinstance(o, int) and o > 0:
             out = a
@@ -920,7 +932,11 @@ class Tensor:
         return self.expand(other.shape)
 
     def flip(self, *dims: Any) -> Tensor:
-        axes = tuple(sorted({_norm_dim(d, self.ndim, "flip") for d in _shape_arg(dims)}))
+        named = [_norm_dim(d, self.ndim, "flip") for d in _shape_arg(dims)]
+        repeated = sorted({d for d in named if named.count(d) > 1})
+        if repeated:
+            raise RuntimeError(f"flip: dim {repeated[0]} appears multiple times in the list of dims")
+        axes = tuple(sorted(set(named)))
         axes = tuple(a for a in axes if self.shape[a] > 1)
         return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), axes)) if axes else self
 
@@ -1014,7 +1030,8 @@ class Tensor:
         if axis is None:
             return tuple(range(self.ndim))
         axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-        return tuple(sorted({_norm_dim(a, self.ndim, op) for a in axes}))
+        named = {_norm_dim(a, self.ndim, op) for a in axes}
+        return tuple(sorted(named)) if self.ndim else ()  # a 0-d tensor's dim 0 / -1 is itself: nothing to reduce
 
     def _reduce(self, op: Ops, axis: Any, keepdim: builtins.bool, name: str) -> Tensor:
         axes = self._axes(axis, name)
@@ -1072,6 +1089,8 @@ class Tensor:
     def amin(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
         if self.dtype == dtypes.bool:
             return self.logical_not().amax(dim, keepdim).logical_not()
+        if not self.dtype.is_float:  # ~x reverses the order without overflow (-x of int32's minimum wraps)
+            return ~((~self).amax(dim, keepdim))
         return -((-self).amax(dim, keepdim))
 
     def max(self, dim: Any = None, keepdim: builtins.bool = False, *, axis: Any = None) -> Any:
@@ -1144,7 +1163,7 @@ class Tensor:
         self, axis: builtins.int | None = None, keepdim: builtins.bool = False, dim: builtins.int | None = None
     ) -> Tensor:
         axis = dim if dim is not None else axis
-        x = self.logical_not() if self.dtype == dtypes.bool else -self
+        x = self.logical_not() if self.dtype == dtypes.bool else ~self if not self.dtype.is_float else -self
         return x.argmax(axis, keepdim)
 
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
@@ -1168,6 +1187,7 @@ class Tensor:
     def cumsum(self, dim: builtins.int = 0) -> Tensor:
         """As a masked reduction: out[i] = sum_j x[j] * (j <= i)."""
         if self.ndim == 0:
+            _norm_dim(dim, 0, "cumsum")
             return self
         d = _norm_dim(dim, self.ndim, "cumsum")
         n = self.shape[d]
@@ -1182,6 +1202,10 @@ class Tensor:
         return self.logical_not().any(axis, keepdim).logical_not()
 
     def any(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        axes = self._axes(axis, "any")
+        if any(self.shape[a] == 0 for a in axes):  # nothing is true of no elements (a MAX has no identity)
+            shape = tuple(1 if a in axes else s for a, s in enumerate(self.shape) if keepdim or a not in axes)
+            return Tensor.full(shape, False, dtypes.bool, self.device)
         return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim, "any")
 
     # ---- linear algebra and friends ----
@@ -1289,16 +1313,31 @@ class Tensor:
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
     def tril(self, diagonal: builtins.int = 0) -> Tensor:
+        if self.ndim < 2:
+            raise RuntimeError(f"tril: input tensor must have at least 2 dimensions, got shape {self.shape}")
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(c, device=self.device).reshape(1, c) <= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
-        return where(keep, self, 0)
+        return where(keep, self, False if self.dtype == dtypes.bool else 0)
 
     def triu(self, diagonal: builtins.int = 0) -> Tensor:
+        if self.ndim < 2:
+            raise RuntimeError(f"triu: input tensor must have at least 2 dimensions, got shape {self.shape}")
         r, c = self.shape[-2], self.shape[-1]
         keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
-        return where(keep, self, 0)
+        return where(keep, self, False if self.dtype == dtypes.bool else 0)
+
+
+def _wrapped(value: Any, dtype: DType) -> Any:
+    """A Python int outside an integer dtype's range wraps into it, as torch's (int32 | 0xFFFFFFFF is | -1)."""
+    if not isinstance(value, builtins.int) or isinstance(value, builtins.bool):
+        return value
+    if dtype.is_float or dtype == dtypes.bool:
+        return value
+    span = 1 << dtype.bits
+    value %= span
+    return value - span if not dtype.is_unsigned and value >= span >> 1 else value
 
 
 def _integer_valued(values: np.ndarray) -> bool:

@@ -1,0 +1,89 @@
+"""Issue 18, section 2: the edges where anneal and torch used to differ, each against torch (value, dtype, error
+type): integer extremes, wrapping scalars, zero-size axes, 0-d reductions, dtypes of tril/triu and int ** float,
+and the errors torch raises."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from devices import DEV
+
+import anneal
+from anneal import Tensor
+
+I32 = np.array([-2147483648, 5, 2147483647, -3], np.int32)
+U8 = np.array([0, 255, 7, 200], np.uint8)
+
+
+def _f32(a: Any) -> np.ndarray:
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype == np.float64 else a  # WGSL has no float64
+
+
+def ours(a: Any) -> Tensor:
+    return Tensor(_f32(a), device=DEV)
+
+
+def theirs(a: Any) -> torch.Tensor:
+    return torch.tensor(_f32(a))
+
+
+def agree(fn: Callable[[Any, Any], Any]) -> None:
+    got, want = fn(anneal, ours), fn(torch, theirs)
+    got_v, want_v = (got.values, want.values) if isinstance(want, tuple) else (got, want)
+    np.testing.assert_array_equal(got_v.numpy(), want_v.numpy())
+    assert got_v.dtype.name == str(want_v.dtype).removeprefix("torch."), (got_v.dtype, want_v.dtype)
+
+
+VALUES: dict[str, Callable[[Any, Any], Any]] = {
+    "int32 min at the extreme": lambda m, T: T(I32).min(),
+    "int32 argmin at the extreme": lambda m, T: T(I32).argmin(),
+    "uint8 min": lambda m, T: T(U8).min(),
+    "uint8 argmin": lambda m, T: T(U8).argmin(),
+    "uint8 min(dim)": lambda m, T: T(U8.reshape(2, 2)).min(1),
+    "int32 amin": lambda m, T: T(I32.reshape(2, 2)).amin(0),
+    "int32 minimum": lambda m, T: T(I32).minimum(T(np.zeros(4, np.int32))),
+    "int32 | 0xFFFFFFFF wraps": lambda m, T: T(I32) | (0xFFFFFFFF if m is anneal else -1),
+    "uint8 + 300 wraps": lambda m, T: T(U8) + (300 if m is anneal else 44),
+    "any over a size-0 axis": lambda m, T: T(np.zeros((2, 0), np.float32)).any(1),
+    "all over a size-0 axis": lambda m, T: T(np.zeros((2, 0), np.float32)).all(1),
+    "cat with an empty piece": lambda m, T: m.cat([T(np.zeros((0, 3), np.float32)), T(np.ones((2, 3), np.float32))]),
+    "softmax of 0-d": lambda m, T: T(np.float32(2.0)).softmax(0),
+    "log_softmax of 0-d": lambda m, T: T(np.float32(2.0)).log_softmax(-1),
+    "logsumexp of 0-d": lambda m, T: T(np.float32(2.0)).logsumexp(0),
+    "tril of bool": lambda m, T: T(np.ones((3, 3), bool)).tril(),
+    "triu of bool": lambda m, T: T(np.ones((3, 3), bool)).triu(1),
+    "int ** 2.0 is float": lambda m, T: T(np.array([2, 3])) ** 2.0,
+    "int ** 2 stays int": lambda m, T: T(np.array([2, 3])) ** 2,
+}
+
+
+@pytest.mark.parametrize("name", list(VALUES))
+def test_values_and_dtypes_as_torch(name: str) -> None:
+    agree(VALUES[name])
+
+
+ERRORS: dict[str, tuple[Callable[[Any, Any], Any], type[Exception], str]] = {
+    "flip((0, 0))": (lambda m, T: T(np.arange(3.0)).flip((0, 0)), RuntimeError, "appears multiple times"),
+    "full((-3,), 2)": (lambda m, T: (m.Tensor.full if m is anneal else m.full)((-3,), 2.0), RuntimeError,
+                       "negative dimension -3"),
+    "a bad rounding_mode": (lambda m, T: T(np.array([5.0])).div(T(np.array([2.0])), rounding_mode="bad"),
+                            RuntimeError, "rounding_mode"),
+    "int ** -2": (lambda m, T: T(np.array([2, 3])) ** -2, RuntimeError, "negative integer powers"),
+    "cumsum(1) of 0-d": (lambda m, T: T(np.array(3.0)).cumsum(1), IndexError, "out of range"),
+    "a float index tensor": (lambda m, T: T(np.arange(3.0))[T(np.array([1.0]))], IndexError, "indices"),
+    "triu of 1-d": (lambda m, T: T(np.ones(3)).triu(), RuntimeError, "at least 2 dimensions"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_the_errors_torch_raises(name: str) -> None:
+    fn, kind, words = ERRORS[name]
+    with pytest.raises(kind, match=words):
+        fn(anneal, ours)
+    with pytest.raises(kind):
+        fn(torch, theirs)
