@@ -110,6 +110,7 @@ def test_no_placeholder_commands(cli: AnnealGroup, runner: CliRunner) -> None:
     result = runner.invoke(cli, ["--help"])
     listed = {line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()}
     assert listed == {
+        "bench",
         "cache",
         "devices",
         "doctor",

@@ -23,7 +23,8 @@ CIFAR = bytes(range(256)) * 12
 
 def _stand_in(name: str, content: bytes) -> data.Asset:
     real = data.ASSETS[name]
-    return data.Asset(name, real.url, len(content), hashlib.sha256(content).hexdigest(), real.filename)
+    return data.Asset(name, real.url, len(content), hashlib.sha256(content).hexdigest(), real.filename,
+                      users=real.users)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,8 @@
-"""`anneal download <asset>` and `anneal cache`: the pinned datasets and weights on disk."""
+"""`anneal download <asset>` and `anneal cache`: the pinned datasets and weights on disk.
+
+Both show only the assets that an installed model or dataset reads (`Asset.users` against the
+registered plugins); `anneal cache --clear` may still remove any asset's files.
+"""
 
 from __future__ import annotations
 
@@ -17,13 +21,38 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-def _assets(names: tuple[str, ...], param: str) -> list[data.Asset]:
+def installed_assets() -> list[data.Asset]:
+    """The assets a registered model or dataset reads, in table order."""
+    from anneal.registry import plugins
+
+    loaded = plugins()
+    return data.used([*loaded.models, *loaded.datasets])
+
+
+def _choices(assets: list[data.Asset]) -> list[str]:
+    have = {a.name for a in assets}
+    groups = [g for g, members in data.GROUPS.items() if have.issuperset(members)]
+    return [*(a.name for a in assets), *groups, "all"]
+
+
+def _assets(names: tuple[str, ...], param: str, *, installed_only: bool = True) -> list[data.Asset]:
+    """The assets `names` stand for; `all` is every installed one (with installed_only) or every one in the table."""
+    usable = installed_assets() if installed_only else list(data.ASSETS.values())
+    if not usable:
+        raise click.UsageError("no installed model reads a pinned asset (is anneal-models installed? `anneal plugins`)")
     try:
-        return data.resolve(names)
+        chosen = data.resolve(n for n in names if n != "all")
     except data.UnknownAssetError as exc:
         raise click.BadParameter(
-            f"unknown asset {exc.name!r}; choose from: {', '.join(data.names())}", param_hint=param
+            f"unknown asset {exc.name!r}; choose from: {', '.join(_choices(usable))}", param_hint=param
         ) from None
+    unused = [a for a in chosen if a not in usable]
+    if unused:
+        a = unused[0]
+        raise click.BadParameter(f"{a.name!r} is read by no installed model (it is for {', '.join(a.users)}); "
+                                 f"choose from: {', '.join(_choices(usable))}", param_hint=param)  # fmt: skip
+    wanted = {a.name for a in chosen} | ({a.name for a in usable} if "all" in names else set())
+    return [a for a in usable if a.name in wanted]
 
 
 def _settings() -> Settings:
@@ -36,16 +65,25 @@ def _settings() -> Settings:
 @click.command()
 @click.argument("assets", nargs=-1, required=True, metavar="ASSET...")
 @click.option(
-    "--mirror", metavar="URL", help="Download <URL>/<file> instead of the pinned URLs (default: ANNEAL_MIRROR)."
+    "--mirror",
+    metavar="URL",
+    callback=lambda ctx, param, value: check_mirror(value),
+    help="Download <URL>/<file> instead of the pinned URLs: http(s)://, file:///FOLDER or a folder laid out like "
+    "the cache (default: ANNEAL_MIRROR).",
 )
 def download(assets: tuple[str, ...], mirror: str | None) -> None:
     """Download pinned datasets or weights into the cache, verified by size and sha256.
 
-    ASSET is an asset name, `gpt2` (weights, vocab and merges) or `all`; `anneal cache`
-    lists them. An interrupted download resumes where it stopped.
+    ASSET is an asset name, `gpt2` (weights, vocab and merges) or `all` (what the installed
+    models read); `anneal cache` lists them. An interrupted download resumes where it stopped.
     """
     selected = _assets(assets, "ASSET")
     settings = _settings()
+    if mirror is None and settings.mirror:
+        try:
+            data.mirror_source(settings.mirror)
+        except data.MirrorError as exc:
+            raise CommandError(f"ANNEAL_MIRROR: {exc}") from None
     width = max(len(a.name) for a in selected)
     for asset in selected:
         had = data.status(asset, settings, verify=True).state == "ok"
@@ -58,10 +96,21 @@ def download(assets: tuple[str, ...], mirror: str | None) -> None:
         click.echo(f"{asset.name:<{width}}  {state:<10}  {data.human_size(asset.size):>8}  {path}")
 
 
-def cache_report(settings: Settings, verify: bool) -> dict[str, Any]:
+def check_mirror(value: str | None) -> str | None:
+    """--mirror as a usage error when it is not an http(s) URL, a file:/// URL or an existing folder."""
+    if value is not None:
+        try:
+            data.mirror_source(value)
+        except data.MirrorError as exc:
+            raise click.BadParameter(str(exc), param_hint="--mirror") from None
+    return value
+
+
+def cache_report(settings: Settings, verify: bool, assets: list[data.Asset] | None = None) -> dict[str, Any]:
+    """The cache's state as JSON-ready data: of `assets` (default: those the installed models read)."""
     root, source = data.cache_root(settings)
     entries = []
-    for asset in data.ASSETS.values():
+    for asset in installed_assets() if assets is None else assets:
         st = data.status(asset, settings, verify=verify)
         entries.append(
             {
@@ -98,7 +147,7 @@ def cache(verify: bool, clear_what: str | None, as_json: bool) -> None:
     """
     settings = _settings()
     if clear_what is not None:
-        selected = _assets((clear_what,), "--clear")
+        selected = _assets((clear_what,), "--clear", installed_only=False)  # files of an uninstalled model too
         removed_any = False
         for asset in selected:
             try:
@@ -112,6 +161,9 @@ def cache(verify: bool, clear_what: str | None, as_json: bool) -> None:
             click.echo(f"nothing to remove in {data.data_dir(settings)}")
         return
     report = cache_report(settings, verify)
+    if not report["assets"] and not as_json:
+        click.echo("no installed model reads a pinned asset (is anneal-models installed? `anneal plugins`)")
+        return
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:

@@ -42,6 +42,14 @@ class NonFiniteLoss(RuntimeError):
         self.loss = loss
 
 
+class Interrupted(Exception):
+    """The loop was asked to stop (Ctrl-C) and did, between steps: the trainer's state is exactly `done` steps."""
+
+    def __init__(self, done: int) -> None:
+        super().__init__(f"interrupted at step {done}")
+        self.done = done
+
+
 @dataclass(frozen=True)
 class StepLog:
     step: int  # 1-based: steps done so far
@@ -82,17 +90,21 @@ def run(
     observers: Sequence[Any] = (),
     checkpoint: Callable[[int], None] | None = None,
     comm_ms: Callable[[], float] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> list[StepLog]:
     """Run steps ``start`` .. ``steps - 1``; emit a record every ``log_every`` steps, every evaluation and after
     the last step. With ``eval_every``, evaluate (when the trainer can) every that many steps and after the last;
     ``checkpoint(done)`` is called then too (and after the last step). ms/step counts the steps only: time spent
-    evaluating, emitting and checkpointing is left out."""
+    evaluating, emitting and checkpointing is left out. ``stop()`` is asked before each step: True raises
+    ``Interrupted`` with the steps done (after the last step the run is complete, so it is not asked)."""
     evaluate = getattr(trainer, "evaluate", None)
     eval_note = getattr(trainer, "eval_note", None)
     current_lr = getattr(trainer, "lr", None)
     logs: list[StepLog] = []
     since, t0 = 0, clock()
     for i in range(start, steps):
+        if stop is not None and stop():
+            raise Interrupted(i)
         _notify(observers, "before_step", i)
         loss = float(trainer.step(i))
         if not math.isfinite(loss):  # a diverged run is an error, not a number to print

@@ -1,6 +1,6 @@
 """Run folders: what `anneal train --out DIR` writes and `--resume DIR` reads.
 
-    DIR/config.json              {"format", "model", "device", "config", "trainer_config"}
+    DIR/config.json              {"format", "model", "device", "config", "trainer_config", "derived"}
     DIR/loss.csv                 step,loss[,val][,ranks,comm_ms] — every step's training loss, val where evaluated;
                                  data-parallel steps add the rank count and the ms in the gradient exchange
     DIR/ranks.json               data-parallel: every rank's state sha256 at the last checkpoint (all equal)
@@ -24,7 +24,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 import click
 import numpy as np
 
+from anneal.files import atomic_write as atomic_write  # re-exported: the commands import it from here
 from anneal_cli.errors import CommandError, one_line
 
 CONFIG, LOSSES, CHECKPOINT, SUMMARY = "config.json", "loss.csv", "checkpoint.safetensors", "summary.txt"
@@ -47,22 +47,6 @@ class Row:
     val: float | None = None
     ranks: int | None = None  # data-parallel steps: how many ranks took it
     comm_ms: float | None = None  # and the ms rank 0 spent in its gradient exchange
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write data to path through a temporary file in the same folder and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def tensors_digest(arrays: dict[str, np.ndarray]) -> str:
@@ -129,6 +113,7 @@ class SavedRun:
     step: int
     state: dict[str, Any]
     history: list[Row]
+    derived: list[str] = field(default_factory=list)  # settings the trainer derived (steps from epochs)
 
 
 def read_run(path: Path, model: str | None = None) -> SavedRun:
@@ -154,7 +139,10 @@ def read_run(path: Path, model: str | None = None) -> SavedRun:
         raise CommandError(f"checkpoint {ckpt} was written by model {info.get('anneal.model')!r}, not {model!r}")
     step = int(info["anneal.step"])
     history = [r for r in read_csv(path / LOSSES) if r.step <= step]
-    return SavedRun(path, model, dict(meta["config"]), step, state, history)
+    derived = (
+        [str(k) for k in meta.get("derived", []) if isinstance(k, str)] if isinstance(meta.get("derived"), list) else []
+    )
+    return SavedRun(path, model, dict(meta["config"]), step, state, history, derived)
 
 
 def load_checkpoint(ckpt: Path) -> tuple[dict[str, Any], dict[str, str]]:
@@ -216,10 +204,18 @@ class RunFolder:
     def reopen(cls, saved: SavedRun) -> RunFolder:
         return cls(saved.path, saved.model, created=False, rows=list(saved.history), ready=True)
 
-    def write_config(self, config: dict[str, Any], device: str, trainer_config: dict[str, Any] | None) -> None:
+    def write_config(
+        self,
+        config: dict[str, Any],
+        device: str,
+        trainer_config: dict[str, Any] | None,
+        derived: list[str] | None = None,
+    ) -> None:
         meta: dict[str, Any] = {"format": FORMAT, "model": self.model, "device": device, "config": _json_safe(config)}
         if trainer_config and _json_safe(trainer_config) != meta["config"]:  # what the trainer derived or added
             meta["trainer_config"] = _json_safe(trainer_config)
+        if derived:  # config keys the trainer filled in: --resume derives them again when a flag changes their inputs
+            meta["derived"] = list(derived)
         atomic_write(self.path / CONFIG, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
 
     def save_checkpoint(self, state: dict[str, Any], step: int) -> None:

@@ -2,23 +2,33 @@
 
 Output: a live dashboard on a terminal (anneal_cli.dashboard); one plain line per logged step
 when stdout is not a terminal or with --plain; one JSON object per logged step with --json.
---out DIR writes a run folder and --resume DIR continues one (anneal_cli.runs).
+--out DIR writes a run folder and --resume DIR continues one (anneal_cli.runs). Ctrl-C stops
+after the step in progress, saves it and prints the command that resumes; a second Ctrl-C
+stops at once. --data PATH takes the model's dataset from the user's own (verified) copy,
+--mirror URL downloads from a mirror (http(s)://, file:/// or a folder).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import shlex
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
+from anneal import data
 from anneal.registry import AUTO, GPU_BACKEND, DeviceError, backend_names, get_backend, resolve_device, split_index
 from anneal.registry import plugins as loaded_plugins
 from anneal_cli import distributed, loop
+from anneal_cli.data_cmds import check_mirror
 from anneal_cli.errors import CommandError, one_line
 from anneal_cli.runs import (
     RANKS,
@@ -37,6 +47,18 @@ PRESETS = ("tiny", "small", "full")
 DEFAULT_PRESET = "small"  # PRODUCT.md: small is the default, when a model defines it
 FALLBACKS = {"steps": 100, "seed": 0}  # for models whose defaults leave them out
 SHOWN = ("preset", "steps", "batch", "lr", "seed")  # the settings the first line names
+INTERRUPTED = 130  # the shell's code for a process stopped by SIGINT (128 + 2)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses nan and inf (click's FloatRange lets nan through every bound, and inf past a
+    lower one): a usage error naming the option."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def find_model(name: str) -> ModelEntry:
@@ -62,14 +84,37 @@ def make_config(entry: ModelEntry, preset: str | None, flags: dict[str, Any]) ->
 
 
 def resumed_config(saved: SavedRun, preset: str | None, flags: dict[str, Any]) -> dict[str, Any]:
-    """The saved run's configuration with the flags given now (more --steps, another --lr, ...)."""
+    """The saved run's configuration (its plan: steps, lr and schedule, batch, seed, ...) with the flags given now
+    (more --steps, another --lr, ...). A setting the trainer derived (steps from epochs) is derived again when a
+    flag changed what it came from."""
     if preset is not None and preset != saved.config.get("preset"):
         raise click.UsageError(
             f"--resume continues {saved.path} with its preset {saved.config.get('preset')!r}; drop --preset {preset}"
         )
     config = dict(saved.config)
-    config.update({k: v for k, v in flags.items() if v is not None})
+    given = {k: v for k, v in flags.items() if v is not None}
+    if any(config.get(k) != v for k, v in given.items()):
+        for key in saved.derived:
+            if key not in given:
+                config[key] = None
+    config.update(given)
     return config
+
+
+def plan_line(saved: SavedRun, config: dict[str, Any], total: int) -> str:
+    """One line: where the run resumes, what of its saved plan is kept, and what the flags given now changed."""
+    changed = [(k, saved.config.get(k), config.get(k)) for k in sorted(set(saved.config) | set(config))
+               if k != "steps" and saved.config.get(k) != config.get(k)]  # fmt: skip
+    if total != saved.config.get("steps"):
+        changed.insert(0, ("steps", saved.config.get("steps"), total))
+    changes = {k for k, _, _ in changed}
+    kept = ", ".join(f"{k} {config[k]}" for k in (*SHOWN, "warmup", "min_lr", "epochs")
+                     if config.get(k) is not None and k not in changes)  # fmt: skip
+    text = f"resuming {saved.path} at step {saved.step} of {total}; "
+    if not changed:
+        return text + f"keeping the run's plan ({kept})"
+    told = ", ".join(f"{k} {old} -> {new}" for k, old, new in changed)
+    return text + f"changed by the flags given now: {told}; kept from the run: {kept}"
 
 
 def check_dataset(entry: ModelEntry, dataset: str | None) -> None:
@@ -100,9 +145,15 @@ def parse_settings(entry: ModelEntry, settings: tuple[str, ...]) -> dict[str, An
             raise click.BadParameter(f"model {entry.name!r} has no setting {key!r}; its settings: "
                                      f"{', '.join(sorted(keys))}", param_hint="--set")  # fmt: skip
         try:
-            out[key] = json.loads(text)
+            out[key] = json.loads(text)  # accepts NaN and Infinity, which no setting may be
         except ValueError:
             out[key] = text
+        value = out[key]
+        if isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            with contextlib.suppress(ValueError):  # "nan" or "inf" as a string: a float to the model all the same
+                value = float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise click.BadParameter(f"{item!r}: {key} must be a finite number", param_hint="--set")
     return out
 
 
@@ -203,7 +254,7 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
 @click.argument("model")
 @click.option("--device", default=AUTO, show_default=True, help="auto, cpu, webgpu or a plugin's backend.")
 @click.option("--steps", type=click.IntRange(min=1), help="Train until this many steps are done.")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Learning rate.")
+@click.option("--lr", type=FiniteFloat(min=0, min_open=True), help="Learning rate.")
 @click.option("--batch", type=click.IntRange(min=1), help="Batch size.")
 @click.option("--seed", type=int, help="Random seed.")
 @click.option("--preset", type=click.Choice(PRESETS), help="Model size: tiny (seconds), small (default), full.")
@@ -228,6 +279,19 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
 )
 @click.option("--dataset", help="The dataset, for models that take several (vit, resnet9: digits, cifar10, ...).")
 @click.option(
+    "--data",
+    "data_path",
+    type=click.Path(exists=True, path_type=Path),
+    help="Take the dataset from this file or folder (e.g. tinyshakespeare's input.txt, or a folder laid out like "
+    "the cache), checked against its pinned sha256, instead of the cache or the network.",
+)
+@click.option(
+    "--mirror",
+    metavar="URL",
+    callback=lambda ctx, param, value: check_mirror(value),
+    help="Download missing data from <URL>/<file>: http(s)://, file:///FOLDER or a folder (default: ANNEAL_MIRROR).",
+)
+@click.option(
     "--set",
     "settings",
     multiple=True,
@@ -241,7 +305,7 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
 )
 @click.option(
     "--comm-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=distributed.DEFAULT_TIMEOUT,
     show_default=True,
     help="Data-parallel: seconds a rank waits for the others before it names the missing rank and exits 1.",
@@ -262,6 +326,8 @@ def train(
     out: Path | None,
     resume: Path | None,
     dataset: str | None,
+    data_path: Path | None,
+    mirror: str | None,
     settings: tuple[str, ...],
     nproc: int | None,
     comm_timeout: float,
@@ -279,7 +345,7 @@ def train(
         raise SystemExit(code)
     if launch is None:
         return _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
-                      resume, dataset, settings, None)  # fmt: skip
+                      resume, dataset, settings, None, data_path=data_path, mirror=mirror)  # fmt: skip
     # A rank: a deterministic usage error is said by rank 0 alone; after that, any failure is one line and an
     # immediate exit (MPI_Finalize could wait forever on ranks that stopped in an exchange).
     quiet = launch.rank != 0
@@ -296,7 +362,7 @@ def train(
 
             numpy_blas(single_threaded=True)
         _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
-               resume, dataset, settings, world, terminal=terminal)  # fmt: skip
+               resume, dataset, settings, world, terminal=terminal, data_path=data_path, mirror=mirror)  # fmt: skip
     except (click.UsageError, CommandError) as exc:  # the same on every rank, or rank 0's alone (its run folder)
         if not quiet:
             exc.show()
@@ -356,6 +422,35 @@ def _train(
     settings: tuple[str, ...],
     world: distributed.World | None,
     terminal: bool = False,
+    data_path: Path | None = None,
+    mirror: str | None = None,
+) -> None:
+    with contextlib.ExitStack() as stack:
+        _train_in(stack, model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
+                  resume, dataset, settings, world, terminal, data_path, mirror)  # fmt: skip
+
+
+def _train_in(
+    stack: contextlib.ExitStack,
+    model: str,
+    device: str,
+    steps: int | None,
+    lr: float | None,
+    batch: int | None,
+    seed: int | None,
+    preset: str | None,
+    log_every: int | None,
+    eval_every: int | None,
+    plain: bool,
+    as_json: bool,
+    out: Path | None,
+    resume: Path | None,
+    dataset: str | None,
+    settings: tuple[str, ...],
+    world: distributed.World | None,
+    terminal: bool,
+    data_path: Path | None,
+    mirror: str | None,
 ) -> None:
     entry = find_model(model)
     device, adapter_index = split_device(device)
@@ -365,6 +460,10 @@ def _train(
              "eval_every": eval_every, "dataset": dataset}  # fmt: skip
     saved = read_run(resume, entry.name) if resume is not None else None
     config = resumed_config(saved, preset, flags) if saved else make_config(entry, preset, flags)
+    # the data: the user's own copy (--data) and a mirror (--mirror, else ANNEAL_MIRROR) for the rest
+    local = local_data(entry.name, config, data_path) if data_path is not None else {}
+    check_env_mirror()
+    stack.enter_context(data.sources(files=local, mirror=mirror))
     lead = world is None or world.rank == 0  # the process that prints and writes the run folder
     resolved, note = resolve_device(device)
     if resolved == GPU_BACKEND and (adapter_index is not None or world is not None):
@@ -388,11 +487,15 @@ def _train(
     elif saved is not None:
         folder = RunFolder.reopen(saved)
     with setting_up(folder):
-        trainer = entry.build(dict(config), resolved)
+        try:
+            trainer = entry.build(dict(config), resolved)
+        except data.DataError as exc:  # a download that failed, the cache offline: its message names the fix
+            raise CommandError(" ".join(str(exc).split())) from exc
         if saved is not None and lead:
             load_checkpoint(trainer, saved)
         if world is not None:
             start_parallel(trainer, world, entry.name, int(config.get("batch") or 0))
+        before = config  # what the trainer derives is filled in below
         config = completed_config(config, trainer)
         total = int(config["steps"])
         shown = "  ".join(f"{k} {config[k]}" for k in SHOWN if k in config)
@@ -404,14 +507,15 @@ def _train(
                  + (f"  params {parameters}" if parameters else ""))  # fmt: skip
         if note:
             info(note)
-        if world is not None and float(config.get("dropout") or 0) > 0:
-            info(f"note: dropout {config['dropout']} draws the same masks on every rank's shard (the device "
-                 "generator's stream is not offset by the shard yet): the curve is not the 1-process one")  # fmt: skip
         if saved is not None:
-            info(f"resuming {saved.path} at step {start}")
+            info(plan_line(saved, config, total))
         if folder is not None:
             trainer_config = getattr(trainer, "config", None)
-            folder.write_config(config, shown_device, trainer_config if isinstance(trainer_config, dict) else None)
+            # what the trainer derived (steps from epochs) is derived again on --resume when a flag changes its inputs
+            filled = {k for k in ("steps", "eval_every") if config.get(k) is not None and before.get(k) is None}
+            kept = {k for k in (saved.derived if saved is not None else []) if flags.get(k) is None}
+            folder.write_config(config, shown_device, trainer_config if isinstance(trainer_config, dict) else None,
+                                derived=sorted(filled | kept))  # fmt: skip
             if not folder.ready:
                 checkpoint(trainer, folder, start)  # the first checkpoint: from here on the folder can be resumed
                 folder.write_losses()
@@ -425,30 +529,51 @@ def _train(
         return
 
     eval_cadence = eval_every or int(config.get("eval_every") or 0) or loop.default_eval_every(total)
-    observers: list[Any] = [folder] if folder is not None else []
-    save = (lambda done: checkpoint(trainer, folder, done)) if folder is not None else None
-    if world is not None:  # every rank takes part: the states are compared across ranks at each checkpoint
-        save = lambda done: parallel_checkpoint(trainer, folder, done, world)  # noqa: E731
-        if folder is not None:
-            folder.ranks = lambda: (world.size, world.comm_ms)
+    progress = Progress(start, start)
+    observers: list[Any] = [progress, *([folder] if folder is not None else [])]
+
+    def save(done: int) -> None:
+        if world is not None:  # every rank takes part: the states are compared across ranks at each checkpoint
+            parallel_checkpoint(trainer, folder, done, world)
+        else:
+            checkpoint(trainer, folder, done)
+        progress.saved = done
+
+    if world is not None and folder is not None:
+        folder.ranks = lambda: (world.size, world.comm_ms)
     run_args: dict[str, Any] = {
         "log_every": log_every or loop.default_log_every(total),
         "lr": config.get("lr"),
         "start": start,
         "eval_every": eval_cadence,
-        "checkpoint": save,
+        "checkpoint": save if folder is not None or world is not None else None,
         "comm_ms": (lambda: world.comm_ms) if world is not None else None,
     }
+    # Ctrl-C: stop at the next step boundary, so the checkpoint holds exactly the steps done (data-parallel ranks
+    # would stop at different steps and wait on each other: they keep the default, stopping at once)
+    interrupt = contextlib.ExitStack()  # only around the loop: after it, Ctrl-C is Ctrl-C again
+    stop = interrupt.enter_context(stop_at_step_boundary()) if world is None else None
+    resume_hint = resume_command(entry.name, folder, device=device, data_path=data_path, mirror=mirror)
     try:
         if dashboard:
-            run_dashboard(entry.name, shown_device, trainer, config, total, start, parameters, observers, run_args,
-                          saved, force_terminal=terminal, ranks=world.size if world is not None else None)  # fmt: skip
+            run_dashboard(entry.name, shown_device, trainer, config, total, start, parameters, observers,
+                          {**run_args, "stop": stop}, saved, force_terminal=terminal,
+                          ranks=world.size if world is not None else None)  # fmt: skip
         else:
             emit = (lambda r: click.echo(loop.json_line(r))) if as_json else (lambda r: click.echo(loop.plain_line(r)))
-            loop.run(trainer, total, emit=emit if lead else (lambda r: None), observers=observers, **run_args)
+            loop.run(trainer, total, emit=emit if lead else (lambda r: None), observers=observers, stop=stop,
+                     **run_args)  # fmt: skip
     except loop.NonFiniteLoss as exc:
         raise CommandError(str(exc)) from exc
+    except loop.Interrupted as exc:  # between steps: the state is exactly `exc.done` steps
+        if folder is not None and progress.saved != exc.done:
+            save(exc.done)
+        interrupted(f"interrupted at step {exc.done}", resume_hint)
+    except KeyboardInterrupt:  # a second Ctrl-C, inside a step: that step's state is half made, so not saved
+        done = f"; its last checkpoint is step {progress.saved}" if folder is not None else ""
+        interrupted(f"interrupted during step {progress.done + 1}{done}", resume_hint)
     finally:
+        interrupt.close()
         if folder is not None and folder.ready:
             folder.write_losses()  # every step that ran, even when the run failed
     if not lead:
@@ -462,6 +587,88 @@ def _train(
     report = getattr(trainer, "report", None)
     if folder is not None and callable(report):  # a classifier's accuracy, per class and by epoch
         atomic_write(folder.path / SUMMARY_JSON, (json.dumps(report(), indent=2) + "\n").encode())
+
+
+class Progress:
+    """An observer of the loop: the steps done and the step of the last checkpoint (for what Ctrl-C says)."""
+
+    def __init__(self, done: int, saved: int) -> None:
+        self.done, self.saved = done, saved
+
+    def after_step(self, done: int, loss: float) -> None:
+        self.done = done
+
+
+@contextlib.contextmanager
+def stop_at_step_boundary() -> Iterator[Callable[[], bool]]:
+    """While the block runs, the first SIGINT only asks the loop to stop after the step in progress (the returned
+    function says whether it was asked); a second one raises KeyboardInterrupt at once. Outside the main thread
+    (where no handler can be set) Ctrl-C keeps its default."""
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked.is_set
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if asked.is_set():
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        asked.set()
+        click.echo("stopping after this step to save it (Ctrl-C again to stop at once, without saving)", err=True)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield asked.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def resume_command(
+    model: str, folder: RunFolder | None, *, device: str, data_path: Path | None, mirror: str | None
+) -> str | None:
+    """The command that continues this run (None without a run folder): what the user has to type, no more."""
+    if folder is None:
+        return None
+    args = ["anneal", "train", model, "--resume", str(folder.path)]
+    if device != AUTO:
+        args += ["--device", device]
+    if data_path is not None:
+        args += ["--data", str(data_path)]
+    if mirror is not None:
+        args += ["--mirror", mirror]
+    return shlex.join(args)
+
+
+def interrupted(what: str, resume_hint: str | None) -> None:
+    """Say how the run stopped and how to go on, then exit 130 (the shell's code for SIGINT)."""
+    hint = (
+        f"resume with {resume_hint}" if resume_hint else "nothing saved (train with --out DIR to make a run resumable)"
+    )
+    click.echo(f"{what}; {hint}", err=True)
+    raise click.exceptions.Exit(INTERRUPTED)
+
+
+def check_env_mirror() -> None:
+    """ANNEAL_MIRROR, checked before anything downloads: a runtime error naming the variable."""
+    value = os.environ.get("ANNEAL_MIRROR")
+    if value:
+        try:
+            data.mirror_source(value)
+        except data.MirrorError as exc:
+            raise CommandError(f"ANNEAL_MIRROR: {exc}") from None
+
+
+def local_data(model: str, config: dict[str, Any], path: Path) -> dict[str, Path]:
+    """--data: the files of the pinned assets this run reads that `path` holds, verified (a usage error otherwise)."""
+    dataset = config.get("dataset")
+    needed = data.needed_by(model, str(dataset) if dataset is not None else None)
+    if not needed:
+        what = f"its dataset {dataset!r} is generated" if dataset is not None else "it reads no dataset file"
+        raise click.BadParameter(f"model {model!r} takes no --data: {what}", param_hint="--data")
+    try:
+        return data.local_files(path, needed)
+    except data.DataError as exc:
+        raise click.BadParameter(" ".join(str(exc).split()), param_hint="--data") from None
 
 
 def completed_config(config: dict[str, Any], trainer: Any) -> dict[str, Any]:

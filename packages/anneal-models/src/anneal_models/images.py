@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import functools
 import gzip
-import os
 import shutil
 import tarfile
-import tempfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,35 +141,31 @@ def extract_cifar(archive: Path) -> Path:
     if _extracted(folder):
         return folder
     from anneal.data.cache import file_lock, lock_path
+    from anneal.files import atomic_folder
 
     with file_lock(lock_path(folder)):
         if _extracted(folder):
             return folder  # another process extracted it meanwhile
-        tmp = Path(tempfile.mkdtemp(prefix=f".{CIFAR_FOLDER}.", dir=archive.parent))
-        try:
-            wanted = {f"{CIFAR_FOLDER}/{f}" for f in (*CIFAR_TRAIN, CIFAR_TEST, "batches.meta.txt")}
-            with tarfile.open(archive, "r:gz") as tar:
-                members = [m for m in tar.getmembers() if m.name in wanted and m.isfile()]
-                missing = sorted(wanted - {m.name for m in members} - {f"{CIFAR_FOLDER}/batches.meta.txt"})
-                if missing:
-                    raise ImageDataError(f"cifar10: the archive {archive} lacks {', '.join(missing)}; it is not the "
-                                         f"CIFAR-10 binary archive (anneal cache clear cifar10)")  # fmt: skip
-                for m in members:
-                    source = tar.extractfile(m)
-                    assert source is not None
-                    with source, open(tmp / Path(m.name).name, "wb") as out:
-                        shutil.copyfileobj(source, out)
-            if folder.exists():
-                shutil.rmtree(folder)  # an incomplete folder from an older layout
-            os.replace(tmp, folder)
-        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-            raise ImageDataError(
-                f"cifar10: the archive {archive} is truncated or corrupt ({exc}); clear it and "
-                f"download it again (anneal cache clear cifar10; anneal download cifar10)"
-            ) from None
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+        # extracted into a temporary folder that becomes `folder` only when complete (anneal.files)
+        with atomic_folder(folder) as tmp:
+            try:
+                wanted = {f"{CIFAR_FOLDER}/{f}" for f in (*CIFAR_TRAIN, CIFAR_TEST, "batches.meta.txt")}
+                with tarfile.open(archive, "r:gz") as tar:
+                    members = [m for m in tar.getmembers() if m.name in wanted and m.isfile()]
+                    missing = sorted(wanted - {m.name for m in members} - {f"{CIFAR_FOLDER}/batches.meta.txt"})
+                    if missing:
+                        raise ImageDataError(f"cifar10: the archive {archive} lacks {', '.join(missing)}; it is not "
+                                             f"the CIFAR-10 binary archive (anneal cache clear cifar10)")  # fmt: skip
+                    for m in members:
+                        source = tar.extractfile(m)
+                        assert source is not None
+                        with source, open(tmp / Path(m.name).name, "wb") as out:
+                            shutil.copyfileobj(source, out)
+            except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+                raise ImageDataError(
+                    f"cifar10: the archive {archive} is truncated or corrupt ({exc}); clear it and "
+                    f"download it again (anneal cache clear cifar10; anneal download cifar10)"
+                ) from None
     return folder
 
 

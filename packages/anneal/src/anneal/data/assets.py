@@ -26,6 +26,9 @@ class Asset:
     sha256: str  # lowercase hex
     filename: str  # relative path, '/'-separated, inside the cache's data folder (and a mirror)
     summary: str = ""
+    # the registered models and datasets that read it: `anneal download`/`cache` show an asset only when one of
+    # them is installed, and `anneal train --data` knows which files a model needs
+    users: tuple[str, ...] = ()
 
 
 ASSETS: dict[str, Asset] = {
@@ -38,6 +41,7 @@ ASSETS: dict[str, Asset] = {
             "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
             "tinyshakespeare/input.txt",
             "Karpathy's tiny Shakespeare, one text file",
+            ("tinyshakespeare", "nanogpt", "llama", "moe", "bert", "gpt2"),
         ),
         Asset(
             "gpt2-weights",
@@ -46,6 +50,7 @@ ASSETS: dict[str, Asset] = {
             "248dfc3911869ec493c76e65bf2fcf7f615828b0254c12b473182f0f81d3a707",
             "gpt2/model.safetensors",
             "GPT-2 small weights (Hugging Face safetensors)",
+            ("gpt2",),
         ),
         Asset(
             "gpt2-vocab",
@@ -54,6 +59,7 @@ ASSETS: dict[str, Asset] = {
             "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
             "gpt2/vocab.json",
             "GPT-2 BPE vocabulary",
+            ("gpt2",),
         ),
         Asset(
             "gpt2-merges",
@@ -62,6 +68,7 @@ ASSETS: dict[str, Asset] = {
             "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
             "gpt2/merges.txt",
             "GPT-2 BPE merges",
+            ("gpt2",),
         ),
         Asset(
             "digits",
@@ -70,6 +77,7 @@ ASSETS: dict[str, Asset] = {
             "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22",
             "digits/digits.csv.gz",
             "UCI optdigits test set as scikit-learn bundles it: 1,797 8x8 digits, csv.gz",
+            ("digits",),
         ),
         Asset(
             "cifar10",
@@ -78,6 +86,7 @@ ASSETS: dict[str, Asset] = {
             "c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd",
             "cifar10/cifar-10-binary.tar.gz",
             "CIFAR-10, binary version (tar.gz)",
+            ("cifar10",),
         ),
     )
 }
@@ -112,6 +121,17 @@ def resolve(names_or_groups: Iterable[str]) -> list[Asset]:
         else:
             raise UnknownAssetError(name, [*ASSETS, *GROUPS, "all"])
     return [a for n, a in ASSETS.items() if n in wanted]
+
+
+def used(installed: Iterable[str]) -> list[Asset]:
+    """The assets that one of `installed` (registered model and dataset names) reads, in table order."""
+    have = set(installed)
+    return [a for a in ASSETS.values() if have.intersection(a.users)]
+
+
+def needed_by(model: str, dataset: str | None = None) -> list[Asset]:
+    """The assets a run of `model` reads: those of the model itself and of its `dataset` (vit on digits: digits)."""
+    return [a for a in ASSETS.values() if model in a.users or (dataset is not None and dataset in a.users)]
 
 
 def source_url(asset: Asset, base_url: str | None = None) -> str:

@@ -8,10 +8,7 @@ asset's `filename`, beside `<file>.part` (a download in progress) and `<file>.lo
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -107,66 +104,33 @@ def check_file(path: Path, asset: Asset, *, rehash: bool = True) -> tuple[str, s
 
 # ---------------------------------------------------------------------------- locking
 
-if sys.platform == "win32":
-    import msvcrt
-
-    def _try_lock(fd: int) -> bool:
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-            return True
-        except OSError:
-            return False
-
-    def _unlock(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-
-    def _wait_lock(fd: int) -> None:
-        while not _try_lock(fd):
-            time.sleep(0.1)
-
-else:
-    import fcntl
-
-    def _try_lock(fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-
-    def _unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def _wait_lock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-
 
 @contextmanager
 def file_lock(
     path: Path, *, wait: bool = True, on_busy: Callable[[], None] | None = None, busy_message: str = ""
 ) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if needed) for the block.
+    """Hold an exclusive lock on `path` (created if needed) for the block, through `filelock`.
 
-    The lock belongs to the open file, so two threads of one process exclude each other as
-    well as two processes do. When another holder has it: `on_busy()` is called and the lock
-    awaited, or with `wait=False`, `CacheBusyError(busy_message)` is raised.
+    Each call opens its own lock (flock on Unix, msvcrt on Windows), so two threads of one process exclude each
+    other as well as two processes do. When another holder has it: `on_busy()` is called and the lock awaited,
+    or with `wait=False`, `CacheBusyError(busy_message)` is raised.
     """
+    import filelock  # here, not at the top: it takes 0.1 s to import and most commands never lock
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = filelock.FileLock(path, mode=0o644)
     try:
-        if not _try_lock(fd):
-            if not wait:
-                raise CacheBusyError(busy_message or f"{path} is locked by another process")
-            if on_busy is not None:
-                on_busy()
-            _wait_lock(fd)
-        try:
-            yield
-        finally:
-            _unlock(fd)
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        if not wait:
+            raise CacheBusyError(busy_message or f"{path} is locked by another process") from None
+        if on_busy is not None:
+            on_busy()
+        lock.acquire()
+    try:
+        yield
     finally:
-        os.close(fd)
+        lock.release()
 
 
 # ---------------------------------------------------------------------------- state
@@ -221,9 +185,7 @@ def clear(asset: Asset | str, settings: Settings | None = None) -> list[Path]:
 
 
 def human_size(n: float) -> str:
-    """Bytes in decimal units: 456.3 kB, 1.1 MB, 548.1 MB."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
+    """Bytes in decimal units, as rich shows them: 456.3 kB, 1.1 MB, 548.1 MB (rich.filesize.decimal)."""
+    from rich.filesize import decimal
+
+    return decimal(int(n), precision=1)

@@ -29,3 +29,7 @@ class DownloadError(DataError):
 
 class CacheBusyError(DataError):
     """Another process holds the asset's lock (only raised where waiting makes no sense)."""
+
+
+class MirrorError(DataError, ValueError):
+    """A mirror (ANNEAL_MIRROR, --mirror) that is not an http(s) URL, a file:/// URL or an existing folder."""

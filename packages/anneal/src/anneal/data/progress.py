@@ -1,13 +1,19 @@
-"""Download progress: a redrawn bar on a terminal, a line every 10% anywhere else."""
+"""Download progress: rich's progress bar on a terminal, a plain line every 10% anywhere else.
+
+rich draws and redraws the bar (size, rate, time left); a log or a pipe gets whole lines
+instead, which rich's bar would not give it (it draws a non-terminal only when it stops).
+"""
 
 from __future__ import annotations
 
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from anneal.data.cache import human_size
 
-BAR_WIDTH = 24
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
 REDRAW_S = 0.1
 
 
@@ -24,10 +30,11 @@ class Reporter:
     def __init__(self, stream: TextIO | None, label: str) -> None:
         self.stream, self.label = stream, label
         self.tty = stream is not None and _isatty(stream)
-        self.total = self.start_done = self.done = 0
-        self.t0 = self.last_draw = 0.0
+        self.total = self.done = 0
+        self.last_draw = 0.0
         self.next_pct = 10
-        self._bar_shown = False
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     def _write(self, text: str) -> None:
         assert self.stream is not None
@@ -38,27 +45,61 @@ class Reporter:
         """One line (e.g. `resuming at 40%`), kept apart from the bar."""
         if self.stream is None:
             return
-        if self._bar_shown:
-            self._write("\r\033[K")
-            self._bar_shown = False
+        if self._bar is not None:
+            self._bar.console.print(f"{self.label}: {message}", markup=False, highlight=False)  # above the bar
+            return
         self._write(f"{self.label}: {message}\n")
 
     def start(self, total: int, done: int = 0) -> None:
-        self.total, self.start_done, self.done = total, done, done
-        self.t0 = self.last_draw = time.monotonic()
+        self.total, self.done = total, done
+        self.last_draw = time.monotonic()
         self.next_pct = (done * 100 // total // 10 + 1) * 10 if total else 100
         if self.tty:
-            self._draw()
+            self._start_bar()
+
+    def _start_bar(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        console = Console(file=self.stream, force_terminal=True, highlight=False)
+        # redrawn by update() (at most every REDRAW_S), not by a thread of rich's: nothing runs behind the download
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            auto_refresh=False,
+            transient=False,
+            redirect_stdout=False,  # the bar is this stream's alone: other output is not captured behind it
+            redirect_stderr=False,
+        )
+        self._task = self._bar.add_task(self.label, total=self.total, completed=self.done)
+        self._bar.start()
+        self._bar.refresh()
 
     def update(self, done: int) -> None:
         self.done = done
         if self.stream is None or not self.total:
             return
-        if self.tty:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=done)
             now = time.monotonic()
             if now - self.last_draw >= REDRAW_S or done >= self.total:
                 self.last_draw = now
-                self._draw()
+                self._bar.refresh()
+            return
+        if self.tty:
             return
         pct = done * 100 // self.total
         if pct >= self.next_pct:
@@ -66,22 +107,8 @@ class Reporter:
             self.next_pct = (pct // 10 + 1) * 10
 
     def finish(self) -> None:
-        if self.tty and self._bar_shown:
-            self._draw()
-            self._write("\n")
-            self._bar_shown = False
-
-    def _draw(self) -> None:
-        frac = min(self.done / self.total, 1.0) if self.total else 1.0
-        filled = int(frac * BAR_WIDTH)
-        encoding = (getattr(self.stream, "encoding", None) or "").lower()
-        full, empty = ("█", "░") if encoding.startswith("utf") else ("#", "-")
-        elapsed = max(time.monotonic() - self.t0, 1e-6)
-        rate = (self.done - self.start_done) / elapsed
-        left = int((self.total - self.done) / rate) if rate > 0 else 0
-        eta = f"ETA {left // 60}:{left % 60:02d}" if rate > 0 and self.done < self.total else ""
-        self._write(
-            f"\r\033[K{self.label} {full * filled}{empty * (BAR_WIDTH - filled)} {frac:4.0%}  "
-            f"{human_size(self.done)}/{human_size(self.total)}  {human_size(rate)}/s  {eta}"
-        )
-        self._bar_shown = True
+        """End the bar (its last state stays on screen); safe to call more than once."""
+        bar, self._bar = self._bar, None
+        if bar is not None:
+            bar.refresh()
+            bar.stop()

@@ -78,7 +78,8 @@ class LoopbackServer:
     Knobs, changeable between requests: `honour_range` (False: answer 200 with the whole
     file, as some servers do), `delay_s` (sleep per 64 KiB sent), `drop_after` / `drops`
     (the next `drops` responses close the connection after `drop_after` body bytes, with the
-    full Content-Length announced), `status` (answer every request with this error code).
+    full Content-Length announced), `status` (answer every request with this error code),
+    `errors` (the next requests are answered with these codes, in order, then served normally).
     `requests` records every answer.
     """
 
@@ -90,6 +91,7 @@ class LoopbackServer:
         self.drop_after = 0
         self.drops = 0
         self.status: int | None = None
+        self.errors: list[int] = []
         self.requests: list[Served] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -159,9 +161,11 @@ class _Handler(BaseHTTPRequestHandler):
             with owner._lock:
                 owner.requests.append(Served(path, wanted, status, sent))
 
-        if owner.status is not None:
-            self.send_error(owner.status)
-            record(owner.status)
+        with owner._lock:
+            code = owner.errors.pop(0) if owner.errors else owner.status
+        if code is not None:
+            self.send_error(code)
+            record(code)
             return
         body = owner.content(path)
         if body is None:

@@ -9,15 +9,14 @@ truncated checkpoint where a good one was.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import safetensors
 
+from anneal.files import atomic_write as atomic_write  # re-exported: the models import it from here
 from anneal.nn.modules import Module, _walk
 from anneal.tensor import Tensor
 from anneal_ir import DType, dtypes
@@ -164,33 +163,6 @@ def _serialize(tensors: dict[str, Any], metadata: dict[str, str] | None) -> byte
         return bytes(safetensors.serialize(specs, metadata=metadata))
     legacy = {k: {"dtype": name, "shape": list(a.shape), "data": a.tobytes()} for k, (a, name) in arrays.items()}
     return bytes(safetensors.serialize(legacy, metadata=metadata))  # type: ignore[arg-type]
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write data to path through a temporary file in the same folder, fsync and a rename: a crash leaves the old
-    file or the new one, never half of one."""
-    target = os.path.abspath(os.fspath(path))
-    folder = os.path.dirname(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the rename makes it visible
-        # mkstemp makes the file private (0600); give it the mode a plain open() would have
-        mode = os.stat(target).st_mode & 0o777 if os.path.exists(target) else 0o644
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # persist the rename itself; not every filesystem allows a dir fsync
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def safe_save(tensors: dict[str, Any], path: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:
