@@ -1,8 +1,9 @@
 """anneal.nn.functional: torch.nn.functional's names, argument order and defaults.
 
 Every function is a composite of Tensor ops, so it becomes ordinary graph that the
-compiler fuses (no numpy on the data). Convolution is im2col as movement ops (no copy)
-plus one matmul; pooling gathers the same windows and reduces them.
+compiler fuses (no numpy on the data). Convolution (anneal.nn.convolution, every rank and the
+transposed forms) is im2col as movement ops (no copy) plus one matmul; pooling gathers the same
+windows and reduces them; interpolate gathers host-computed source indices along each dim.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from anneal import random as _random
 from anneal.composite import with_gradient
@@ -30,6 +33,16 @@ from anneal.nn.activations import (
     softplus,
     softsign,
 )
+from anneal.nn.convolution import (
+    conv1d,
+    conv2d,
+    conv3d,
+    conv_transpose1d,
+    conv_transpose2d,
+    conv_transpose3d,
+)
+from anneal.nn.convolution import ntuple as _ntuple
+from anneal.nn.convolution import windows as _windows
 from anneal.nn.losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -45,10 +58,16 @@ from anneal_ir import DType, dtypes
 
 __all__ = [
     "avg_pool2d",
+    "avg_pool3d",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
     "celu",
+    "conv1d",
     "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
     "cross_entropy",
     "dropout",
     "elu",
@@ -58,12 +77,14 @@ __all__ = [
     "hardsigmoid",
     "hardswish",
     "hardtanh",
+    "interpolate",
     "l1_loss",
     "layer_norm",
     "linear",
     "log_softmax",
     "logsigmoid",
     "max_pool2d",
+    "max_unpool2d",
     "mish",
     "mse_loss",
     "nll_loss",
@@ -89,63 +110,6 @@ IntOrPair = int | Sequence[int]
 # ---- helpers ----
 
 
-def _ntuple(x: Any, n: int, name: str) -> tuple[int, ...]:
-    if isinstance(x, int):
-        return (x,) * n
-    t = tuple(int(v) for v in x)
-    if len(t) == 1:
-        return t * n
-    if len(t) != n:
-        raise ValueError(f"{name}: expected an int or {n} ints, got {x!r}")
-    return t
-
-
-def _flat(pairs: Sequence[tuple[int, ...]]) -> list[int]:
-    return [v for p in pairs for v in p]
-
-
-def _windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
-    """The sliding windows over the last len(kernel) dims of x, as a view (movement ops only).
-
-    Returns shape (*prefix, *out, *kernel) with out[j] = (i[j] - dilation[j]*(kernel[j]-1) - 1)//stride[j] + 1,
-    where result[..., o..., k...] = x[..., o*stride + k*dilation ...].
-    """
-    n = len(kernel)
-    prefix, sizes = x.shape[:-n], x.shape[-n:]
-    keep = [(0, p) for p in prefix]
-    outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(sizes, kernel, stride, dilation)]
-    if any(o <= 0 for o in outs):
-        raise ValueError(f"window: kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded "
-                         f"input {tuple(sizes)}")  # fmt: skip
-    if all(k <= s for k, s in zip(kernel, stride)) and all(d == 1 for d in dilation):
-        # non-overlapping windows: cut to out*stride, split each dim into (out, stride), keep the first k
-        x = x._pad([(0, 0)] * len(prefix) + [(0, o * s - i) for o, s, i in zip(outs, stride, sizes)])
-        x = x.reshape(*prefix, *_flat([(o, s) for o, s in zip(outs, stride)]))
-        x = x._shrink(keep + _pairs_flat([((0, o), (0, k)) for o, k in zip(outs, kernel)]))
-    else:
-        # overlapping windows: repeat the dim, and read it with rows of length L = m*i + d, so that
-        # row a starts at offset a*d (mod i); then take every stride-th element of each row.
-        rows = [i * max(1, math.ceil((o * s - d) / i)) + d for i, o, s, d in zip(sizes, outs, stride, dilation)]
-        reps = [math.ceil(k * r / i) for k, r, i in zip(kernel, rows, sizes)]
-        x = x.repeat(*([1] * len(prefix)), *reps)
-        x = x._shrink(keep + [(0, k * r) for k, r in zip(kernel, rows)])
-        x = x.reshape(*prefix, *_flat([(k, r) for k, r in zip(kernel, rows)]))
-        x = x._shrink(keep + _pairs_flat([((0, k), (0, o * s)) for k, o, s in zip(kernel, outs, stride)]))
-        x = x.reshape(*prefix, *_flat([(k, o, s) for k, o, s in zip(kernel, outs, stride)]))
-        x = x._shrink(keep + _pairs_flat([((0, k), (0, o), (0, 1)) for k, o in zip(kernel, outs)]))
-        x = x.reshape(*prefix, *_flat([(k, o) for k, o in zip(kernel, outs)]))
-        # now (*prefix, k0, o0, k1, o1, ...): swap each pair so that the code below sees (o, k)
-        p = len(prefix)
-        x = x.permute(*range(p), *_flat([(p + 2 * j + 1, p + 2 * j) for j in range(n)]))
-    # (*prefix, o0, k0, o1, k1, ...) -> (*prefix, o0, o1, ..., k0, k1, ...)
-    p = len(prefix)
-    return x.permute(*range(p), *[p + 2 * j for j in range(n)], *[p + 2 * j + 1 for j in range(n)])
-
-
-def _pairs_flat(groups: Sequence[Sequence[tuple[int, int]]]) -> list[tuple[int, int]]:
-    return [pair for g in groups for pair in g]
-
-
 def _pool_geometry(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> tuple[int, int]:
     """(output size, extra right padding) as torch's pooling_output_shape."""
     eff = d * (k - 1) + 1
@@ -157,18 +121,27 @@ def _pool_geometry(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -
     return out, extra
 
 
-def _pool_args(name: str, input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None, padding: IntOrPair,
-               dilation: IntOrPair) -> tuple[tuple[int, ...], ...]:  # fmt: skip
-    if input.ndim not in (3, 4):
-        raise ValueError(f"{name}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape {input.shape}")
-    k = _ntuple(kernel_size, 2, name)
-    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _ntuple(stride, 2, name)
-    p, d = _ntuple(padding, 2, name), _ntuple(dilation, 2, name)
+POOL_AXES = {1: "(C, L)", 2: "(C, H, W)", 3: "(C, D, H, W)"}  # the spatial rank -> torch's unbatched layout
+
+
+def _pool_args(name: str, input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None, padding: IntOrPair,  # noqa: A002
+               dilation: IntOrPair, nd: int = 2) -> tuple[tuple[int, ...], ...]:  # fmt: skip
+    if input.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}: expected a {nd + 1}-d {POOL_AXES[nd]} or {nd + 2}-d (N, {POOL_AXES[nd][1:]} "
+                           f"input, got shape {input.shape}")  # fmt: skip
+    k = _ntuple(kernel_size, nd, name)
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _ntuple(stride, nd, name)
+    p, d = _ntuple(padding, nd, name), _ntuple(dilation, nd, name)
     if any(2 * pp > kk for pp, kk in zip(p, k)):
         raise ValueError(f"{name}: padding {p} should be at most half of the kernel size {k}")
     if any(v <= 0 for v in (*k, *s, *d)):
         raise ValueError(f"{name}: kernel_size {k}, stride {s} and dilation {d} must be positive")
     return k, s, p, d
+
+
+def _torch_pad(pairs: Sequence[tuple[int, int]]) -> list[int]:
+    """Per-dim (before, after) pairs, first dim first, as F.pad's flat list (last dim first)."""
+    return [v for a, b in reversed(pairs) for v in (a, b)]
 
 
 # ---- linear and convolution ----
@@ -178,80 +151,6 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y = input @ weight.T + bias."""
     out = input.matmul(weight.transpose(-1, -2) if weight.ndim >= 2 else weight)
     return out if bias is None else out + bias
-
-
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1,  # noqa: A002
-           padding: IntOrPair | str = 0, dilation: IntOrPair = 1, groups: int = 1) -> Tensor:  # fmt: skip
-    """2-d cross-correlation as im2col: the (padded) input's windows are a view, then one matmul (stride 1 and
-    dilation 1 with their own gradient rule: the input gradient is a convolution, see _conv2d_unit)."""
-    if input.ndim not in (3, 4):
-        raise ValueError(f"conv2d: expected a 3-d or 4-d input, got shape {input.shape}")
-    if weight.ndim != 4:
-        raise ValueError(f"conv2d: expected a 4-d weight (out, in/groups, kh, kw), got shape {weight.shape}")
-    x = input.unsqueeze(0) if input.ndim == 3 else input
-    n, c, _, _ = x.shape
-    o, cg, kh, kw = weight.shape
-    if groups <= 0 or c != cg * groups or o % groups:
-        raise ValueError(f"conv2d: input shape {input.shape} and weight shape {weight.shape} do not match with "
-                         f"groups={groups} (need in_channels == weight[1] * groups)")  # fmt: skip
-    s, d = _ntuple(stride, 2, "conv2d"), _ntuple(dilation, 2, "conv2d")
-    if isinstance(padding, str):
-        if padding == "valid":
-            pads = [(0, 0), (0, 0)]
-        elif padding == "same":
-            if any(v != 1 for v in s):
-                raise ValueError("conv2d: padding='same' is not supported for strided convolutions")
-            tot = [dd * (k - 1) for dd, k in zip(d, (kh, kw))]
-            pads = [(t // 2, t - t // 2) for t in tot]
-        else:
-            raise ValueError(f"conv2d: invalid padding string {padding!r}, expected 'valid' or 'same'")
-    else:
-        pads = [(v, v) for v in _ntuple(padding, 2, "conv2d")]
-    if s == (1, 1) and d == (1, 1) and all(0 <= p <= k - 1 for (a, b), k in zip(pads, (kh, kw)) for p in (a, b)):
-        out = _conv2d_unit(x, weight, tuple(pads), groups)
-    else:
-        out = _im2col(x, weight, pads, s, d, groups)
-    if bias is not None:
-        out = out + bias.reshape(1, o, 1, 1)
-    return out.squeeze(0) if input.ndim == 3 else out
-
-
-def _im2col(x: Tensor, weight: Tensor, pads: Sequence[tuple[int, int]], s: Sequence[int], d: Sequence[int],
-            groups: int) -> Tensor:  # fmt: skip
-    """The convolution of a 4-d x: its padded windows are a view, then one matmul."""
-    n = x.shape[0]
-    o, cg, kh, kw = weight.shape
-    win = _windows(x._pad([(0, 0), (0, 0), *pads]), (kh, kw), s, d)  # (n, c, oh, ow, kh, kw)
-    oh, ow = win.shape[2], win.shape[3]
-    g, og, kk = groups, o // groups, cg * kh * kw
-    cols = win.reshape(n, g, cg, oh, ow, kh, kw).permute(0, 1, 3, 4, 2, 5, 6).reshape(n, g, oh * ow, kk)
-    w = weight.reshape(g, og, kk).transpose(1, 2)  # (g, kk, og)
-    out = cols.matmul(w)  # (n, g, oh*ow, og): the one matmul
-    return out.permute(0, 1, 3, 2).reshape(n, o, oh, ow)
-
-
-def _conv2d_unit(x: Tensor, weight: Tensor, pads: tuple[tuple[int, int], ...], groups: int) -> Tensor:
-    """A stride-1, dilation-1 convolution, differentiated as PyTorch does: its input gradient is a convolution of
-    the output gradient with the flipped kernel (a contraction the GPU tiles), not a scatter through the windows."""
-    out = _im2col(x, weight, pads, (1, 1), (1, 1), groups)
-    return with_gradient(out, (x, weight), _conv2d_unit_gradient, pads=pads, groups=groups)
-
-
-def _conv2d_unit_gradient(grad: Tensor, x: Tensor, weight: Tensor, *, pads: tuple[tuple[int, int], ...],
-                          groups: int) -> tuple[Tensor, Tensor]:  # fmt: skip
-    n = x.shape[0]
-    o, cg, kh, kw = weight.shape
-    g, og = groups, o // groups
-    oh, ow = grad.shape[2], grad.shape[3]
-    # input: the full correlation of grad with the kernel flipped, in and out channels swapped in each group
-    flipped = weight.reshape(g, og, cg, kh, kw).transpose(1, 2).reshape(g * cg, og, kh, kw).flip(2, 3)
-    back = tuple((k - 1 - a, k - 1 - b) for (a, b), k in zip(pads, (kh, kw)))
-    dx = _conv2d_unit(grad, flipped, back, g)
-    # weight: grad against the windows of the padded input, summed over the batch and the positions
-    win = _windows(x._pad([(0, 0), (0, 0), *pads]), (kh, kw), (1, 1), (1, 1))  # (n, c, oh, ow, kh, kw)
-    cols = win.reshape(n, g, cg, oh * ow, kh * kw).permute(1, 0, 3, 2, 4).reshape(g, n * oh * ow, cg * kh * kw)
-    dy = grad.reshape(n, g, og, oh * ow).permute(1, 2, 0, 3).reshape(g, og, n * oh * ow)
-    return dx, dy.matmul(cols).reshape(o, cg, kh, kw)
 
 
 # ---- pooling ----
@@ -284,26 +183,184 @@ def avg_pool2d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None =
                ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:  # fmt: skip
     """Mean over each window, with torch's divisor rules (padding counted or not, ceil_mode overhang not)."""
-    k, s, p, d = _pool_args("avg_pool2d", input, kernel_size, stride, padding, 1)
-    h, w = input.shape[-2:]
-    (oh, eh), (ow, ew) = (_pool_geometry(sz, *a, ceil_mode) for sz, a in zip((h, w), zip(k, s, p, d)))
-    padarg = (p[1], p[1] + ew, p[0], p[0] + eh)
+    return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)  # fmt: skip
+
+
+def avg_pool3d(input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,  # noqa: A002
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:  # fmt: skip
+    """torch.nn.functional.avg_pool3d: avg_pool2d's rules over (D, H, W)."""
+    return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)  # fmt: skip
+
+
+def _avg_pool(name: str, nd: int, input: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None,  # noqa: A002
+              padding: IntOrPair, ceil_mode: bool, count_include_pad: bool,
+              divisor_override: int | None) -> Tensor:  # fmt: skip
+    k, s, p, d = _pool_args(name, input, kernel_size, stride, padding, 1, nd)
+    sizes = input.shape[-nd:]
+    geo = [_pool_geometry(sz, *a, ceil_mode) for sz, a in zip(sizes, zip(k, s, p, d))]
+    extra = [e for _, e in geo]
+    padarg = _torch_pad([(pp, pp + e) for pp, e in zip(p, extra)])
     x = input if input.dtype.is_float else input.cast(dtypes.default_float)
-    total = _windows(x.pad(padarg), k, s, d).flatten(-2).sum(-1)
+    total = _windows(x.pad(padarg), k, s, d).flatten(-nd).sum(-1)
     if divisor_override is not None:
         if divisor_override == 0:
-            raise ValueError("avg_pool2d: divisor_override must be non-zero")
+            raise ValueError(f"{name}: divisor_override must be non-zero")
         return total / divisor_override
-    if count_include_pad and eh == 0 and ew == 0:
-        return total / (k[0] * k[1])
+    if count_include_pad and not any(extra):
+        return total / math.prod(k)
     # count, per window, the cells that torch divides by: inside the padded input (count_include_pad) or the input
-    ones = Tensor.ones(h, w, device=input.device)
+    ones = Tensor.ones(*sizes, device=input.device)
     if count_include_pad:
-        ones = ones.pad((p[1], p[1], p[0], p[0]), value=1.0).pad((0, ew, 0, eh))
+        ones = ones.pad(_torch_pad([(pp, pp) for pp in p]), value=1.0).pad(_torch_pad([(0, e) for e in extra]))
     else:
         ones = ones.pad(padarg)
-    count = _windows(ones, k, s, d).flatten(-2).sum(-1)
+    count = _windows(ones, k, s, d).flatten(-nd).sum(-1)
     return total / count
+
+
+def max_unpool2d(input: Tensor, indices: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None,  # noqa: A002
+                 padding: IntOrPair = 0, output_size: Sequence[int] | None = None) -> Tensor:  # fmt: skip
+    """The inverse of max_pool2d(return_indices=True): each value scattered to its flat (h*W + w) index of the
+    output plane, zeros elsewhere; output (in - 1)*stride - 2*padding + kernel unless output_size says."""
+    if input.shape != indices.shape:
+        raise RuntimeError(f"max_unpool2d: input shape {input.shape} and indices shape {indices.shape} must match")
+    k, s, p, _ = _pool_args("max_unpool2d", input, kernel_size, stride, padding, 1)
+    if indices.dtype.is_float:
+        raise RuntimeError(f"max_unpool2d: indices must be an integer tensor, got {indices.dtype.name}")
+    default = tuple((i - 1) * ss - 2 * pp + kk for i, ss, pp, kk in zip(input.shape[-2:], s, p, k))
+    out = default if output_size is None else tuple(int(v) for v in output_size)[-2:]
+    if len(out) != 2 or any(v <= 0 for v in out):
+        raise RuntimeError(f"max_unpool2d: output_size {output_size} must end in 2 positive sizes")
+    lead = input.shape[:-2]
+    flat_in, flat_idx = input.reshape(*lead, -1), indices.reshape(*lead, -1)
+    plane = Tensor.zeros(*lead, out[0] * out[1], dtype=input.dtype, device=input.device)
+    scattered = plane.scatter(-1, flat_idx, flat_in)
+    # overlapping windows repeat an index; torch's backward gives each of them the whole gradient there
+    scattered = with_gradient(scattered, (flat_in, flat_idx), _unpool_gradient)
+    return scattered.reshape(*lead, *out)
+
+
+def _unpool_gradient(grad: Tensor, values: Tensor, index: Tensor) -> tuple[Tensor, None]:
+    return grad.gather(-1, index), None
+
+
+# ---- resampling ----
+
+# mode -> the spatial ranks torch accepts it for, and whether it interpolates (takes align_corners)
+INTERPOLATE_MODES: dict[str, tuple[tuple[int, ...], bool]] = {
+    "nearest": ((1, 2, 3), False),
+    "nearest-exact": ((1, 2, 3), False),
+    "linear": ((1,), True),
+    "bilinear": ((2,), True),
+    "trilinear": ((3,), True),
+}
+
+
+def interpolate(input: Tensor, size: int | Sequence[int] | None = None,  # noqa: A002 - torch's names
+                scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Tensor:  # fmt: skip
+    """torch.nn.functional.interpolate for the nearest, nearest-exact and (bi/tri)linear modes. Each spatial dim
+    is resampled in turn (last first, as torch's kernels sum): a gather of the source indices, which torch's
+    rules compute on the host, blended by their weights in the linear modes."""
+    if mode not in INTERPOLATE_MODES:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported; expected one of "
+                                  f"{', '.join(INTERPOLATE_MODES)}")  # fmt: skip
+    ranks, linear_mode = INTERPOLATE_MODES[mode]
+    nd = input.ndim - 2
+    if nd not in ranks:
+        raise NotImplementedError(f"interpolate: got a {input.ndim}-d input (shape {input.shape}), but mode {mode!r} "
+                                  f"needs a {', '.join(str(r + 2) for r in ranks)}-d (N, C, ...) input")  # fmt: skip
+    if align_corners is not None and not linear_mode:
+        raise ValueError("interpolate: align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | trilinear")  # fmt: skip
+    if antialias:
+        raise NotImplementedError("interpolate: antialias is not supported")
+    if linear_mode and not input.dtype.is_float:
+        raise NotImplementedError(f"interpolate: mode {mode!r} needs a float input, got {input.dtype.name}")
+    outs, scales = _output_sizes(input.shape[2:], size, scale_factor, recompute_scale_factor)
+    x = input
+    for dim in reversed(range(nd)):
+        index = _source_index if not linear_mode else _linear_source
+        x = _resample_dim(x, 2 + dim, outs[dim], scales[dim], mode, bool(align_corners), index)
+    return x
+
+
+def _output_sizes(sizes: Sequence[int], size: int | Sequence[int] | None,
+                  scale_factor: float | Sequence[float] | None,
+                  recompute: bool | None) -> tuple[list[int], list[float | None]]:  # fmt: skip
+    """Output sizes and the scales the kernels use (1/scale_factor, or None for in/out), as torch."""
+    nd = len(sizes)
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: only one of size or scale_factor should be defined" if size is not None
+                         else "interpolate: either size or scale_factor should be defined")  # fmt: skip
+    if size is not None:
+        outs = [int(size)] * nd if isinstance(size, int) else [int(v) for v in size]
+        if len(outs) != nd:
+            raise ValueError(f"interpolate: size {size} must have {nd} elements for the spatial dims {tuple(sizes)}")
+        return outs, [None] * nd
+    assert scale_factor is not None
+    sf = [float(scale_factor)] * nd if isinstance(scale_factor, int | float) else [float(v) for v in scale_factor]
+    if len(sf) != nd:
+        raise ValueError(f"interpolate: scale_factor {scale_factor} must have {nd} elements for the spatial dims "
+                         f"{tuple(sizes)}")  # fmt: skip
+    outs = [math.floor(i * f) for i, f in zip(sizes, sf)]
+    return outs, ([None] * nd if recompute else list(sf))
+
+
+def _ratio(size: int, out: int, scale: float | None, np_float: Any) -> Any:
+    # torch: 1/scale_factor when one was given (and not recomputed), else in/out, in the op's float type
+    return np_float(1.0 / scale) if scale is not None and scale > 0 else np_float(size) / np_float(out)
+
+
+def _source_index(size: int, out: int, scale: float | None, mode: str, align_corners: bool,
+                  np_float: Any) -> list[tuple[Any, Any]]:  # fmt: skip
+    """Nearest modes: one source index per output position, with weight 1 (torch's nearest_idx rules)."""
+    dst = np.arange(out)
+    if mode == "nearest" and out == size:
+        src = dst
+    elif mode == "nearest" and out == 2 * size:
+        src = dst >> 1
+    else:
+        r = _ratio(size, out, scale, np_float)
+        shift = np_float(0.5) if mode == "nearest-exact" else np_float(0.0)
+        src = np.minimum(np.floor((dst.astype(np_float) + shift) * r).astype(np.int64), size - 1)
+    return [(src, None)]
+
+
+def _linear_source(size: int, out: int, scale: float | None, mode: str, align_corners: bool,
+                   np_float: Any) -> list[tuple[Any, Any]]:  # fmt: skip
+    """Linear modes: the two neighbours of each output position and their weights (area_pixel rules)."""
+    dst = np.arange(out).astype(np_float)
+    if align_corners:
+        r = np_float(size - 1) / np_float(out - 1) if out > 1 else np_float(0.0)
+        src = r * dst
+    else:
+        src = np.maximum(_ratio(size, out, scale, np_float) * (dst + np_float(0.5)) - np_float(0.5), np_float(0.0))
+    i0 = src.astype(np.int64)  # src >= 0, so the cast is the floor
+    i1 = i0 + (i0 < size - 1)
+    lam1 = np.clip(src - i0.astype(np_float), 0, 1).astype(np_float)
+    return [(i0, (np_float(1) - lam1).astype(np_float)), (i1, lam1)]
+
+
+def _resample_dim(x: Tensor, dim: int, out: int, scale: float | None, mode: str, align_corners: bool,
+                  index: Any) -> Tensor:  # fmt: skip
+    """x resampled along dim to out positions: the sum over (source indices, weights) of weight * x[source]."""
+    np_float = np.float64 if x.dtype == dtypes.float64 else np.float32
+    target = [out if j == dim else v for j, v in enumerate(x.shape)]
+    line = [out if j == dim else 1 for j in range(x.ndim)]
+    result: Tensor | None = None
+    for src, weight in index(x.shape[dim], out, scale, mode, align_corners, np_float):
+        idx = Tensor(src.astype(np.int32), device=x.device).reshape(line).expand(target)
+        term = x.gather(dim, idx)
+        if weight is not None:
+            term = term * Tensor(weight, device=x.device).cast(x.dtype).reshape(line)
+        result = term if result is None else result + term
+    assert result is not None
+    return result
 
 
 # ---- normalization, embedding, losses ----

@@ -28,8 +28,14 @@ from anneal_ir.trace import inside_module
 
 __all__ = [
     "AvgPool2d",
+    "AvgPool3d",
     "BatchNorm2d",
+    "Conv1d",
     "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
     "Dropout",
     "Embedding",
     "Flatten",
@@ -38,6 +44,7 @@ __all__ = [
     "LayerNorm",
     "Linear",
     "MaxPool2d",
+    "MaxUnpool2d",
     "Module",
     "RMSNorm",
     "ReLU",
@@ -45,6 +52,7 @@ __all__ = [
     "SiLU",
     "Sigmoid",
     "Tanh",
+    "Upsample",
 ]
 
 
@@ -252,45 +260,129 @@ def _pair(v: Any) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
-class Conv2d(Module):
-    """torch.nn.Conv2d: weight (out, in/groups, kh, kw), bounds 1/sqrt(fan_in) with fan_in = in/groups*kh*kw."""
+class _ConvNd(Module):
+    """torch.nn.Conv{N}d: weight (out, in/groups, *kernel), bounds 1/sqrt(fan_in) with fan_in = in/groups*prod(k)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], stride: Any = 1,
+    nd = 2
+    _function = staticmethod(F.conv2d)
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
                  padding_mode: str = "zeros", device: str | None = None,
                  dtype: DType | str | None = None) -> None:  # fmt: skip
         super().__init__()
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv2d: in_channels {in_channels} and out_channels {out_channels} must be divisible by "
+        name = type(self).__name__
+        if groups <= 0 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"{name}: in_channels {in_channels} and out_channels {out_channels} must be divisible by "
                              f"groups {groups}")  # fmt: skip
         if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
-            raise ValueError(f"Conv2d: padding_mode must be zeros, reflect, replicate or circular, got "
+            raise ValueError(f"{name}: padding_mode must be zeros, reflect, replicate or circular, got "
                              f"{padding_mode!r}")  # fmt: skip
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size, self.stride, self.dilation = _pair(kernel_size), _pair(stride), _pair(dilation)
-        self.padding = padding if isinstance(padding, str) else _pair(padding)
+        self.kernel_size = _tuple(kernel_size, self.nd)
+        self.stride, self.dilation = _tuple(stride, self.nd), _tuple(dilation, self.nd)
+        self.padding = padding if isinstance(padding, str) else _tuple(padding, self.nd)
         self.padding_mode = padding_mode
-        kh, kw = self.kernel_size
-        fan_in = in_channels // groups * kh * kw
+        fan_in = in_channels // groups * math.prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-        self.weight = _uniform((out_channels, in_channels // groups, kh, kw), bound, dtype, device)
+        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound, dtype, device)
         self.bias = _uniform((out_channels,), bound, dtype, device) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         if self.padding_mode == "zeros" or self.padding == "valid":
-            return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+            return self._function(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
         if self.padding == "same":
             tot = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
             pads = [(t // 2, t - t // 2) for t in tot]
         else:
             assert not isinstance(self.padding, str)
             pads = [(p, p) for p in self.padding]
-        x = F.pad(x, (pads[1][0], pads[1][1], pads[0][0], pads[0][1]), mode=self.padding_mode)
-        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        x = F.pad(x, [v for a, b in reversed(pads) for v in (a, b)], mode=self.padding_mode)
+        return self._function(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
                 f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}")  # fmt: skip
+
+
+def _tuple(v: Any, n: int) -> tuple[int, ...]:
+    return (v,) * n if isinstance(v, int) else tuple(int(e) for e in v)
+
+
+class Conv1d(_ConvNd):
+    nd = 1
+    _function = staticmethod(F.conv1d)
+
+
+class Conv2d(_ConvNd):
+    nd = 2
+    _function = staticmethod(F.conv2d)
+
+
+class Conv3d(_ConvNd):
+    nd = 3
+    _function = staticmethod(F.conv3d)
+
+
+class _ConvTransposeNd(Module):
+    """torch.nn.ConvTranspose{N}d: weight (in, out/groups, *kernel), torch's bounds (fan_in = out/groups*prod(k))."""
+
+    nd = 2
+    _function = staticmethod(F.conv_transpose2d)
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
+                 output_padding: Any = 0, groups: int = 1, bias: bool = True, dilation: Any = 1,
+                 padding_mode: str = "zeros", device: str | None = None,
+                 dtype: DType | str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        name = type(self).__name__
+        if groups <= 0 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"{name}: in_channels {in_channels} and out_channels {out_channels} must be divisible by "
+                             f"groups {groups}")  # fmt: skip
+        if padding_mode != "zeros":
+            raise ValueError(f'{name}: only "zeros" padding_mode is supported, got {padding_mode!r}')
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size, self.stride = _tuple(kernel_size, self.nd), _tuple(stride, self.nd)
+        self.padding, self.output_padding = _tuple(padding, self.nd), _tuple(output_padding, self.nd)
+        self.dilation = _tuple(dilation, self.nd)
+        fan_in = out_channels // groups * math.prod(self.kernel_size)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        self.weight = _uniform((in_channels, out_channels // groups, *self.kernel_size), bound, dtype, device)
+        self.bias = _uniform((out_channels,), bound, dtype, device) if bias else None
+
+    def forward(self, x: Tensor, output_size: Any = None) -> Tensor:
+        op = self.output_padding if output_size is None else self._output_padding(x, output_size)
+        return self._function(x, self.weight, self.bias, self.stride, self.padding, op, self.groups, self.dilation)
+
+    def _output_padding(self, x: Tensor, output_size: Any) -> tuple[int, ...]:
+        """The output_padding that reaches output_size (its last nd entries), as torch's _output_padding."""
+        want = [int(v) for v in output_size][-self.nd :]
+        least = [(i - 1) * s - 2 * p + d * (k - 1) + 1 for i, s, p, d, k in
+                 zip(x.shape[-self.nd :], self.stride, self.padding, self.dilation, self.kernel_size)]  # fmt: skip
+        extra = tuple(w - m for w, m in zip(want, least))
+        if len(want) != self.nd or any(not 0 <= e < max(s, d) for e, s, d in zip(extra, self.stride, self.dilation)):
+            raise ValueError(f"{type(self).__name__}: requested an output size of {tuple(want)}, but valid sizes "
+                             f"start at {tuple(least)} (input shape {x.shape})")  # fmt: skip
+        return extra
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, output_padding={self.output_padding}, groups={self.groups}")  # fmt: skip
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    nd = 1
+    _function = staticmethod(F.conv_transpose1d)
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    nd = 2
+    _function = staticmethod(F.conv_transpose2d)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    nd = 3
+    _function = staticmethod(F.conv_transpose3d)
 
 
 def _normalized_shape(normalized_shape: int | tuple[int, ...] | list[int]) -> tuple[int, ...]:
@@ -643,3 +735,42 @@ class ModuleDict(Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("ModuleDict is a container: call its modules, not the dict")
+
+
+class AvgPool3d(Module):
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True, divisor_override: int | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad, self.divisor_override = ceil_mode, count_include_pad, divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool3d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                            self.divisor_override)  # fmt: skip
+
+
+class MaxUnpool2d(Module):
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0) -> None:
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x: Tensor, indices: Tensor, output_size: Any = None) -> Tensor:
+        return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+
+class Upsample(Module):
+    """torch.nn.Upsample: F.interpolate with the arguments fixed at construction."""
+
+    def __init__(self, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)  # fmt: skip
+
+    def extra_repr(self) -> str:
+        shown = f"scale_factor={self.scale_factor}" if self.scale_factor is not None else f"size={self.size}"
+        return f"{shown}, mode={self.mode!r}"
