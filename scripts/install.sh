@@ -12,7 +12,7 @@ PYTHON="$PYTHON" bash scripts/system-deps.sh
 .venv/bin/python -m pip install -q --upgrade pip
 # hatchling + editables in the venv let every package build without its own isolated env.
 .venv/bin/python -m pip install -q hatchling editables
-packages=(anneal-ir anneal-autodiff anneal-schedule anneal-cpu anneal-wgpu anneal anneal-models anneal-cli)
+packages=(anneal-ir anneal-autodiff anneal-schedule anneal-cpu anneal-wgpu anneal-core anneal-models anneal-cli)
 args=()
 for p in "${packages[@]}"; do args+=(-e "packages/$p"); done
 .venv/bin/python -m pip install -q --no-build-isolation "${args[@]}"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the whole test suite: system packages (Mesa's lavapipe Vulkan driver), nox and uv in
-# .venv-tools/, then every nox session on Python 3.11 (the sessions declare 3.11-3.13).
+# .venv-tools/, then every nox session on Python 3.11 and the `every-python` ones (the wheels, the suites
+# without a PyTorch oracle) on 3.12 and 3.13, found on PATH or under pyenv.
 #   bash scripts/test.sh                 # everything
-#   bash scripts/test.sh -t anneal-ir    # extra arguments go to nox
+#   bash scripts/test.sh -t anneal-ir    # extra arguments go to nox (3.11 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,4 +30,28 @@ if [ ! -x "$TOOLS/bin/nox" ]; then
     "$TOOLS/bin/python" -m pip install -q uv || echo "test: uv unavailable, nox uses virtualenv" >&2
 fi
 export PATH="$PWD/$TOOLS/bin:$PATH"  # so nox finds uv
-exec nox --force-python 3.11 "$@"
+if [ $# -gt 0 ]; then
+    exec nox --force-python 3.11 "$@"
+fi
+
+# python3.X on PATH, else pyenv's newest 3.X.
+find_python() {
+    command -v "python$1" && return
+    local root
+    root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
+    ls -d "$root"/versions/"$1".*/bin 2>/dev/null | sort -V | tail -1 | sed "s|\$|/python$1|"
+}
+for version in 3.12 3.13; do
+    found="$(find_python "$version" || true)"
+    if [ -z "$found" ] || [ ! -x "$found" ]; then
+        echo "test: Python $version not found on PATH or under pyenv; install it (pyenv install $version)" >&2
+        exit 1
+    fi
+    mkdir -p "$TOOLS/pythons"
+    ln -sf "$found" "$TOOLS/pythons/python$version"  # only this name: pyenv's bin also holds a python3
+done
+export PATH="$PWD/$TOOLS/pythons:$PATH"
+nox --force-python 3.11
+for version in 3.12 3.13; do
+    nox --force-python "$version" -t every-python
+done

@@ -14,6 +14,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,11 +36,23 @@ THIRD_PARTY = {
     "starlette": "starlette",
     "uvicorn": "uvicorn",
     "mpi4py": "mpi4py",
+    "filelock": "filelock",
+    "urllib3": "urllib3",
+    "torch": "torch",  # anneal bench's peer, an optional extra
 }
 
 
-def internal_module(dist: str) -> str:
-    return dist.replace("-", "_")
+def project(package: Path) -> dict[str, Any]:
+    return tomllib.loads((package / "pyproject.toml").read_text())
+
+
+def module_of(package: Path) -> str:
+    """The import name a package's wheel holds (anneal-core holds `anneal`)."""
+    (src,) = project(package)["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    return str(src).removeprefix("src/")
+
+
+DISTRIBUTIONS = {module_of(p): project(p)["project"]["name"] for p in PACKAGES}  # import name -> distribution
 
 
 def dist_name(requirement: str) -> str:
@@ -100,33 +113,33 @@ def imports_of(path: Path) -> list[Import]:
 
 
 def declared(package: Path) -> tuple[set[str], set[str]]:
-    project = tomllib.loads((package / "pyproject.toml").read_text())["project"]
-    required = {dist_name(r) for r in project.get("dependencies", [])}
-    optional = {dist_name(r) for reqs in project.get("optional-dependencies", {}).values() for r in reqs}
+    table = project(package)["project"]
+    required = {dist_name(r) for r in table.get("dependencies", [])}
+    optional = {dist_name(r) for reqs in table.get("optional-dependencies", {}).values() for r in reqs}
     return required, optional - required
 
 
 def test_the_table_names_every_package() -> None:
-    assert sorted(architecture_order()) == sorted(p.name for p in PACKAGES)
+    assert sorted(architecture_order()) == sorted(DISTRIBUTIONS.values())
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=[p.name for p in PACKAGES])
 def test_package_imports_only_what_it_declares(package: Path) -> None:
-    own = internal_module(package.name)
+    own, name = module_of(package), project(package)["project"]["name"]
     required, optional = declared(package)
     order = architecture_order()
     problems = []
     for dep in sorted(required | optional):
-        if dep.startswith("anneal") and order.index(dep) >= order.index(package.name):
-            problems.append(f"pyproject: {package.name} depends on {dep}, which is not above it in ARCHITECTURE.md")
+        if dep.startswith("anneal") and order.index(dep) >= order.index(name):
+            problems.append(f"pyproject: {name} depends on {dep}, which is not above it in ARCHITECTURE.md")
     sources = sorted((package / "src").rglob("*.py"))
-    assert sources, f"{package.name} has no source files"
+    assert sources, f"{name} has no source files"
     for imp in (i for src in sources for i in imports_of(src)):
         where = f"{imp.file.relative_to(ROOT)}:{imp.line}"
         if imp.module == own or imp.module in sys.stdlib_module_names or imp.module == "__future__":
             continue
-        if imp.module.startswith("anneal"):
-            dist = imp.module.replace("_", "-")
+        if imp.module in DISTRIBUTIONS:
+            dist = DISTRIBUTIONS[imp.module]
         elif imp.module in THIRD_PARTY:
             dist = THIRD_PARTY[imp.module]
         else:
@@ -137,9 +150,9 @@ def test_package_imports_only_what_it_declares(package: Path) -> None:
         if dist in required or (dist in optional and imp.guarded):
             continue
         if dist in optional:
-            problems.append(f"{where}: {dist} is optional for {package.name}; import it inside try/except ImportError")
+            problems.append(f"{where}: {dist} is optional for {name}; import it inside try/except ImportError")
         else:
-            problems.append(f"{where}: imports {imp.module!r} but {package.name}'s pyproject does not declare {dist}")
+            problems.append(f"{where}: imports {imp.module!r} but {name}'s pyproject does not declare {dist}")
     assert not problems, "\n".join(problems)
 
 

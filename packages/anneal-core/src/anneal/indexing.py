@@ -279,7 +279,7 @@ def _scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str, include_
     elif reduce == "prod":
         total = x * combined if include_self else combined
     else:
-        total = ((x.maximum(combined) if reduce == "amax" else x.minimum(combined)) if include_self else combined)
+        total = (x.maximum(combined) if reduce == "amax" else x.minimum(combined)) if include_self else combined
     return where(hit, total, x).cast(x.dtype)
 
 
