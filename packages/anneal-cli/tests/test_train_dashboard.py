@@ -182,18 +182,28 @@ def tmux() -> Iterator[Any]:
     subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, timeout=10)
 
 
-def test_at_80_by_24_the_whole_panel_and_the_summary_stay_on_screen(tmux: Any) -> None:
+def train_on_a_terminal(tmux: Any, width: int, height: int) -> tuple[str, str]:
+    """`anneal train mlp --preset tiny` in a tmux pane of width x height: (the last screen, a frame mid-run)."""
     command = [sys.executable, "-m", "anneal_cli.main", "train", "mlp", "--preset", "tiny", "--device", "cpu"]
     script = f'{shlex.join(command)}; echo "[exit $?]"; sleep 60'
     env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
     env.pop("ANNEAL_DEBUG", None)
-    subprocess.run(["tmux", "-L", f"anneal-test-{os.getpid()}", "new-session", "-d", "-x", "80", "-y", "24",
-                    "sh", "-c", script], env=env, check=True, timeout=10)  # fmt: skip
-    screen = ""
+    subprocess.run(["tmux", "-L", f"anneal-test-{os.getpid()}", "new-session", "-d", "-x", str(width), "-y",
+                    str(height), "sh", "-c", script], env=env, check=True, timeout=10)  # fmt: skip
+    screen, mid = "", ""
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "[exit" not in screen:
-        time.sleep(0.2)
+    while time.monotonic() < deadline:
         screen = tmux("capture-pane", "-p")
+        if "[exit" in screen:
+            break
+        if "/200" in screen and "200/200" not in screen:
+            mid = screen  # a frame while training
+        time.sleep(0.2)
+    return screen, mid
+
+
+def test_at_80_by_24_the_whole_panel_and_the_summary_stay_on_screen(tmux: Any) -> None:
+    screen, _ = train_on_a_terminal(tmux, 80, 24)
     lines = screen.rstrip("\n").splitlines()
     assert "[exit 0]" in screen, screen
     top = next(i for i, line in enumerate(lines) if line.startswith("╭"))
@@ -205,21 +215,7 @@ def test_at_80_by_24_the_whole_panel_and_the_summary_stay_on_screen(tmux: Any) -
 
 
 def test_dashboard_on_a_real_terminal(tmux: Any) -> None:
-    command = [sys.executable, "-m", "anneal_cli.main", "train", "mlp", "--preset", "tiny", "--device", "cpu"]
-    script = f'{shlex.join(command)}; echo "[exit $?]"; sleep 60'
-    env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
-    env.pop("ANNEAL_DEBUG", None)
-    subprocess.run(["tmux", "-L", f"anneal-test-{os.getpid()}", "new-session", "-d", "-x", "120", "-y", "40",
-                    "sh", "-c", script], env=env, check=True, timeout=10)  # fmt: skip
-    screen, mid = "", ""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        screen = tmux("capture-pane", "-p")
-        if "[exit" in screen:
-            break
-        if "/200" in screen and "200/200" not in screen:
-            mid = screen  # a frame while training
-        time.sleep(0.2)
+    screen, mid = train_on_a_terminal(tmux, 120, 40)
     assert "[exit 0]" in screen, screen
     assert screen.count("anneal train mlp") == 1, screen  # one panel, redrawn in place
     assert "device cpu  params 1,185  preset tiny  batch 128  lr 0.01  seed 0" in screen
