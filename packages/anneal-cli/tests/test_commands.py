@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -145,3 +146,23 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     proc.stdout.close()  # what head does after its line
     assert proc.wait(timeout=120) == 1
     assert proc.stderr.read() == b""
+
+
+def test_training_piped_into_head_still_finishes_its_run(tmp_path: Path) -> None:
+    """`anneal train ... | head -1`: the printing ends, the run does not: every step, the checkpoint and the
+    summary are written (a resumed run too), quietly."""
+    run = tmp_path / "run"
+    base = [sys.executable, "-m", "anneal_cli.main", "train", "mlp", "--preset", "tiny", "--device", "cpu", "--plain",
+            "--log-every", "1", "--out", str(run)]  # fmt: skip
+    for steps in ("30", "60"):  # the second resumes the first
+        argv = [*base, "--steps", steps] + (["--resume", str(run)] if steps == "60" else [])
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # what head does after its line
+        assert proc.wait(timeout=120) == 0
+        assert b"Error" not in proc.stderr.read()
+        rows = (run / "loss.csv").read_text().splitlines()
+        assert rows[-1].split(",")[0] == steps  # every step ran
+        assert (run / "summary.txt").read_text().startswith("mlp: eval loss")
+        (run / "summary.txt").unlink()

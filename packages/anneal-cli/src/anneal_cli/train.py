@@ -473,7 +473,9 @@ def _train_in(
 
     # under mpiexec rank 0's stdout is a pipe: --nproc says when the launcher's is a terminal
     dashboard = (wants_dashboard(plain, as_json) or (terminal and not plain and not as_json)) and lead
-    info: Callable[[str], None] = (lambda text: click.echo(text, err=as_json)) if lead else (lambda text: None)
+    info: Callable[[str], None] = (
+        survives_closed_pipe(lambda text: click.echo(text, err=as_json)) if lead else (lambda text: None)
+    )
     start = saved.step if saved else 0
 
     # ---- setup: a run folder made here is removed again if any of this fails ----
@@ -560,7 +562,8 @@ def _train_in(
                           {**run_args, "stop": stop}, saved, force_terminal=terminal,
                           ranks=world.size if world is not None else None)  # fmt: skip
         else:
-            emit = (lambda r: click.echo(loop.json_line(r))) if as_json else (lambda r: click.echo(loop.plain_line(r)))
+            line = loop.json_line if as_json else loop.plain_line
+            emit = survives_closed_pipe(lambda r: click.echo(line(r)))
             loop.run(trainer, total, emit=emit if lead else (lambda r: None), observers=observers, stop=stop,
                      **run_args)  # fmt: skip
     except loop.NonFiniteLoss as exc:
@@ -581,12 +584,31 @@ def _train_in(
     finish = getattr(trainer, "finish", None)
     text = finish() if callable(finish) else None
     if text:
-        info(str(text))
-        if folder is not None:
+        if folder is not None:  # the file first: a reader that went away must not cost the run its summary
             atomic_write(folder.path / SUMMARY, (str(text).rstrip("\n") + "\n").encode())
+        info(str(text))
     report = getattr(trainer, "report", None)
     if folder is not None and callable(report):  # a classifier's accuracy, per class and by epoch
         atomic_write(folder.path / SUMMARY_JSON, (json.dumps(report(), indent=2) + "\n").encode())
+
+
+def survives_closed_pipe(write: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A reader that went away (`anneal train ... | head`) ends the printing, not the run: the steps, checkpoints
+    and summary are still written, and stdout goes to /dev/null so that nothing complains at exit."""
+    closed = False
+
+    def guarded(item: Any) -> None:
+        nonlocal closed
+        if closed:
+            return
+        try:
+            write(item)
+        except BrokenPipeError:
+            closed = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+
+    return guarded
 
 
 class Progress:
