@@ -59,6 +59,8 @@ VALUES: dict[str, Callable[[Any, Any], Any]] = {
     "triu of bool": lambda m, T: T(np.ones((3, 3), bool)).triu(1),
     "int ** 2.0 is float": lambda m, T: T(np.array([2, 3])) ** 2.0,
     "int ** 2 stays int": lambda m, T: T(np.array([2, 3])) ** 2,
+    "NaN >= x is false": lambda m, T: T(np.array([np.nan, 1.0, 0.0], np.float32)) >= 0,
+    "NaN <= x is false": lambda m, T: T(np.array([np.nan, 1.0, 0.0], np.float32)) <= T(np.float32(np.nan)),
 }
 
 
@@ -87,3 +89,13 @@ def test_the_errors_torch_raises(name: str) -> None:
         fn(anneal, ours)
     with pytest.raises(kind):
         fn(torch, theirs)
+
+
+def test_clip_gradient_is_one_at_a_bound_and_zero_at_nan() -> None:
+    data = np.array([0.5, 0.0, 0.2, 0.7, np.nan, -1.0], np.float32)
+    x, tx = ours(data).requires_grad_(), theirs(data).requires_grad_()
+    y, ty = x.clip(0.0, 0.5), tx.clip(0.0, 0.5)
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
+    y.sum().backward()
+    ty.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())

@@ -527,10 +527,17 @@ class Tensor:
         return self._binary(Ops.CMPLT, o, "gt", reverse=True)
 
     def __le__(self, o: Any) -> Tensor:
-        return (self > o).logical_not()
+        return self._or_equal(o, self < o) if self._compares_nan(o) else (self > o).logical_not()
 
     def __ge__(self, o: Any) -> Tensor:
-        return (self < o).logical_not()
+        return self._or_equal(o, self > o) if self._compares_nan(o) else (self < o).logical_not()
+
+    def _compares_nan(self, o: Any) -> builtins.bool:
+        """Whether a NaN can take part: then a <= b is (a < b) | (a == b), since not(a > b) holds for NaN."""
+        return self.dtype.is_float or (isinstance(o, Tensor) and o.dtype.is_float) or isinstance(o, builtins.float)
+
+    def _or_equal(self, o: Any, strict: Tensor) -> Tensor:
+        return strict | (self == o)
 
     def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
         return self._binary(Ops.CMPEQ, o, "eq")
@@ -804,11 +811,15 @@ class Tensor:
         return -((-a)._alu(Ops.MAX, -b))
 
     def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - torch's names
+        """Selects, not maximum/minimum: at a bound the gradient is 1 (torch's), not a tie's half."""
+        if not self.dtype.is_float:
+            out = self if min is None else self.maximum(min)
+            return out if max is None else out.minimum(max)
         out = self
-        if min is not None:
-            out = out.maximum(min)
+        if min is not None:  # a NaN stays NaN, without a gradient (neither comparison holds), as torch
+            out = where(out >= min, out, where(out < min, min, out.detach()))
         if max is not None:
-            out = out.minimum(max)
+            out = where(out <= max, out, where(out > max, max, out.detach()))
         return out
 
     clamp = clip
