@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as TF
 from devices import DEV
 
 import anneal
+import anneal.nn.functional as AF
 from anneal import Tensor
 
 I32 = np.array([-2147483648, 5, 2147483647, -3], np.int32)
@@ -99,3 +101,27 @@ def test_clip_gradient_is_one_at_a_bound_and_zero_at_nan() -> None:
     y.sum().backward()
     ty.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
+OUT_OF_RANGE: dict[str, Callable[[Any, Any, Any], Any]] = {
+    "x[Tensor([5])]": lambda m, T, F: T(np.arange(3, dtype=np.float32))[T(np.array([5]))],
+    "cross_entropy target 7 of 4 classes": lambda m, T, F: F.cross_entropy(T(np.zeros((2, 4), np.float32)),
+                                                                           T(np.array([7, 1]))),
+    "Embedding past the end": lambda m, T, F: F.embedding(T(np.array([3])), T(np.zeros((3, 2), np.float32))),
+    "gather past the end": lambda m, T, F: T(np.zeros((2, 3), np.float32)).gather(1, T(np.array([[3], [0]]))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(OUT_OF_RANGE))
+def test_out_of_range_indices_raise_index_errors(name: str) -> None:
+    with pytest.raises(IndexError, match="out of range for size"):
+        OUT_OF_RANGE[name](anneal, ours, AF)
+    with pytest.raises((IndexError, RuntimeError)):  # torch: IndexError, or RuntimeError for the target
+        OUT_OF_RANGE[name](torch, theirs, TF)
+
+
+def test_ignored_targets_and_negative_indices_are_in_range() -> None:
+    logits, target = np.zeros((2, 4), np.float32), np.array([-100, 1])
+    np.testing.assert_allclose(AF.cross_entropy(ours(logits), ours(target)).numpy(),
+                               TF.cross_entropy(theirs(logits), theirs(target)).numpy(), rtol=1e-6)  # fmt: skip
+    np.testing.assert_array_equal(ours(np.arange(3, dtype=np.float32))[ours(np.array([-1]))].numpy(), [2.0])

@@ -1235,6 +1235,7 @@ class Tensor:
             raise ValueError(f"gather: index has {index.ndim} dims but input has {self.ndim} (shapes {index.shape}, "
                              f"{self.shape})")  # fmt: skip
         n = self.shape[d]
+        indexing.check_bounds(index, n, "gather")
         x = self._shrink([(0, index.shape[i]) if i != d else (0, n) for i in range(self.ndim)])
         onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device)  # (*index.shape, n)
         values = _move(x, d, -1).unsqueeze(d).expand(onehot.shape)  # x[.., j at the end]
