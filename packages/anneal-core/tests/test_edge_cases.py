@@ -125,3 +125,23 @@ def test_ignored_targets_and_negative_indices_are_in_range() -> None:
     np.testing.assert_allclose(AF.cross_entropy(ours(logits), ours(target)).numpy(),
                                TF.cross_entropy(theirs(logits), theirs(target)).numpy(), rtol=1e-6)  # fmt: skip
     np.testing.assert_array_equal(ours(np.arange(3, dtype=np.float32))[ours(np.array([-1]))].numpy(), [2.0])
+
+
+SHAPE_ERRORS: dict[str, Callable[[Any, Any], Any]] = {
+    "broadcast": lambda m, T: T(np.ones(3, np.float32)) + T(np.ones(4, np.float32)),
+    "matmul": lambda m, T: T(np.ones((2, 3), np.float32)) @ T(np.ones((4, 2), np.float32)),
+    "reshape": lambda m, T: T(np.ones(6, np.float32)).reshape(4, 2),
+    "expand": lambda m, T: T(np.ones((2, 3), np.float32)).expand(4, 3),
+    "cat": lambda m, T: m.cat([T(np.ones((2, 3), np.float32)), T(np.ones((2, 4), np.float32))]),
+    "stack": lambda m, T: m.stack([T(np.ones(2, np.float32)), T(np.ones(3, np.float32))]),
+    "item of many": lambda m, T: T(np.ones(2, np.float32)).item(),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPE_ERRORS))
+def test_shape_errors_are_runtime_errors_as_torch(name: str) -> None:
+    with pytest.raises(RuntimeError) as got:
+        SHAPE_ERRORS[name](anneal, ours)
+    with pytest.raises(RuntimeError):
+        SHAPE_ERRORS[name](torch, theirs)
+    assert isinstance(got.value, ValueError)  # and still what anneal raised before

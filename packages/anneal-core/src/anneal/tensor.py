@@ -57,11 +57,15 @@ def broadcast_shape(*shapes: Shape, op: str = "broadcast") -> Shape:
     for dims in zip(*padded):
         sizes = {d for d in dims if d != 1}
         if len(sizes) > 1:
-            raise ValueError(
+            raise ShapeError(
                 f"{op}: shapes {' and '.join(render_shape(tuple(s)) for s in shapes)} cannot be broadcast together"
             )
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+class ShapeError(RuntimeError, ValueError):
+    """A shape that does not fit the op: torch's type (RuntimeError), and a ValueError as anneal raised before."""
 
 
 class ValuesIndices(NamedTuple):
@@ -307,7 +311,7 @@ class Tensor:
 
     def item(self) -> Any:
         if self.numel() != 1:
-            raise ValueError(f"item(): a tensor with {self.numel()} elements cannot be converted to a Python scalar")
+            raise ShapeError(f"item(): a tensor with {self.numel()} elements cannot be converted to a Python scalar")
         return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
@@ -348,7 +352,7 @@ class Tensor:
         if x.shape != self.shape:
             x = x._broadcast_to(broadcast_shape(self.shape, x.shape, op="assign"))
             if x.shape != self.shape:
-                raise ValueError(f"assign: value of shape {value.shape} does not fit a tensor of shape {self.shape}")
+                raise ShapeError(f"assign: value of shape {value.shape} does not fit a tensor of shape {self.shape}")
         x = x.cast(self.dtype)
         if x.device != self.device:
             raise RuntimeError(f"assign: the value is on {x.device}, the tensor on {self.device}; move it with .to()")
@@ -868,17 +872,17 @@ class Tensor:
         asked = _shape_arg(shape)
         shape, binds = _unbind(asked)
         if shape.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {render_shape(shape)} "
+            raise ShapeError(f"reshape: only one dimension can be -1, got {render_shape(shape)} "
                              f"for input of shape {render_shape(self.shape)}")  # fmt: skip
         known = sprod(d for d in shape if not (isinstance(d, int) and d == -1))
         if -1 in shape:
             missing = sdiv(self.numel(), known) if known != 0 else 0
             if known == 0 or smul(missing, known) != self.numel():
-                raise ValueError(f"reshape: shape {render_shape(shape)} is invalid for input of shape "
+                raise ShapeError(f"reshape: shape {render_shape(shape)} is invalid for input of shape "
                                  f"{render_shape(self.shape)}")  # fmt: skip
             shape = tuple(missing if isinstance(d, int) and d == -1 else d for d in shape)
         if not self._same_numel(shape, binds):
-            raise ValueError(f"reshape: shape {render_shape(asked)} is invalid for input of shape "
+            raise ShapeError(f"reshape: shape {render_shape(asked)} is invalid for input of shape "
                              f"{render_shape(self.shape)} ({_render_numel(self.numel())} elements)")  # fmt: skip
         if shape == self.shape:
             return self
@@ -907,7 +911,7 @@ class Tensor:
     def permute(self, *dims: Any) -> Tensor:
         dims = tuple(_norm_dim(d, self.ndim, "permute") for d in _shape_arg(dims))
         if sorted(dims) != list(range(self.ndim)):
-            raise ValueError(f"permute: {dims} is not a permutation of the {self.ndim} dims of shape {self.shape}")
+            raise ShapeError(f"permute: {dims} is not a permutation of the {self.ndim} dims of shape {self.shape}")
         if dims == tuple(range(self.ndim)):
             return self
         return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), dims))
@@ -929,12 +933,12 @@ class Tensor:
     def expand(self, *sizes: Any) -> Tensor:
         sizes = _shape_arg(sizes)
         if len(sizes) < self.ndim:
-            raise ValueError(f"expand: {tuple(sizes)} has fewer dims than shape {self.shape}")
+            raise ShapeError(f"expand: {tuple(sizes)} has fewer dims than shape {self.shape}")
         x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape) if len(sizes) > self.ndim else self
         new = tuple(s if n == -1 else n for s, n in zip(x.shape, sizes))
         for s, n in zip(x.shape, new):
             if s != n and s != 1:
-                raise ValueError(f"expand: shape {self.shape} cannot be expanded to {tuple(sizes)}")
+                raise ShapeError(f"expand: shape {self.shape} cannot be expanded to {tuple(sizes)}")
         if new == x.shape:
             return x
         return x._new(UOp(Ops.EXPAND, self.dtype, (x.uop,), new))
@@ -969,7 +973,7 @@ class Tensor:
     def pad(self, pad: Sequence[builtins.int], value: Scalar = 0.0) -> Tensor:
         """torch.nn.functional.pad order: (last_before, last_after, second_last_before, ...)."""
         if len(pad) % 2 or len(pad) // 2 > self.ndim:
-            raise ValueError(f"pad: padding {tuple(pad)} must have an even length of at most 2*{self.ndim}")
+            raise ShapeError(f"pad: padding {tuple(pad)} must have an even length of at most 2*{self.ndim}")
         arg = [(0, 0)] * self.ndim
         for i in range(len(pad) // 2):
             arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
@@ -1002,7 +1006,7 @@ class Tensor:
     def repeat(self, *sizes: Any) -> Tensor:
         sizes = _shape_arg(sizes)
         if len(sizes) < self.ndim:
-            raise ValueError(f"repeat: {len(sizes)} repeat sizes for a tensor of {self.ndim} dims")
+            raise ShapeError(f"repeat: {len(sizes)} repeat sizes for a tensor of {self.ndim} dims")
         x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape)
         inter = []
         for s in x.shape:
@@ -1023,7 +1027,7 @@ class Tensor:
         sizes = [min(split_size, n - i) for i in range(0, n, split_size)] if isinstance(split_size, int) \
             else list(split_size)  # fmt: skip
         if sum(sizes) != n:
-            raise ValueError(f"split: sizes {sizes} do not add up to {n} (dim {d} of shape {self.shape})")
+            raise ShapeError(f"split: sizes {sizes} do not add up to {n} (dim {d} of shape {self.shape})")
         out, start = [], 0
         for s in sizes:
             out.append(self._shrink([(start, start + s) if i == d else (0, sz) for i, sz in enumerate(self.shape)]))
@@ -1232,7 +1236,7 @@ class Tensor:
         if not index.dtype.is_int:
             raise TypeError(f"gather: index must be an integer tensor, got {index.dtype.name}")
         if index.ndim != self.ndim:
-            raise ValueError(f"gather: index has {index.ndim} dims but input has {self.ndim} (shapes {index.shape}, "
+            raise ShapeError(f"gather: index has {index.ndim} dims but input has {self.ndim} (shapes {index.shape}, "
                              f"{self.shape})")  # fmt: skip
         n = self.shape[d]
         indexing.check_bounds(index, n, "gather")
@@ -1402,18 +1406,18 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - tor
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: both arguments need at least 1 dim, got shapes {a.shape} and {b.shape}")
+        raise ShapeError(f"matmul: both arguments need at least 1 dim, got shapes {a.shape} and {b.shape}")
     x = a.unsqueeze(0) if a.ndim == 1 else a
     y = b.unsqueeze(-1) if b.ndim == 1 else b
     if x.shape[-1] != y.shape[-2]:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
                          f"({x.shape[-1]} != {y.shape[-2]})")  # fmt: skip
     dt = promote_types(x.dtype, y.dtype)
     x, y = x.cast(dt), y.cast(dt)
     try:
         batch = broadcast_shape(x.shape[:-2], y.shape[:-2], op="matmul")
     except ValueError:
-        raise ValueError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+        raise ShapeError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast together") from None
     n, k, m = x.shape[-2], x.shape[-1], y.shape[-1]
     xe = x.reshape(*x.shape[:-1], 1, k)._broadcast_to((*batch, n, m, k))
     ye = y.transpose(-1, -2).reshape(*y.shape[:-2], 1, m, k)._broadcast_to((*batch, n, m, k))
@@ -1436,12 +1440,12 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """torch.cat: each input is padded to the full size and the pieces are added (one kernel)."""
     tensors = [t for t in tensors]
     if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
+        raise ShapeError("cat: expected a non-empty list of tensors")
     ref = tensors[0]
     d = _norm_dim(dim, ref.ndim, "cat")
     for t in tensors[1:]:
         if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != d):
-            raise ValueError(f"cat: shapes {ref.shape} and {t.shape} differ outside dim {d}")
+            raise ShapeError(f"cat: shapes {ref.shape} and {t.shape} differ outside dim {d}")
     dt = ref.dtype
     for t in tensors[1:]:
         dt = promote_types(dt, t.dtype)
@@ -1461,11 +1465,11 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors")
+        raise ShapeError("stack: expected a non-empty list of tensors")
     d = _norm_dim(dim, tensors[0].ndim + 1, "stack")
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
-            raise ValueError(f"stack: all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
+            raise ShapeError(f"stack: all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
