@@ -13,7 +13,7 @@ from anneal_cli.bench.cases import OP_CASES, STEP_CASES
 from anneal_cli.main import AnnealGroup
 
 
-def test_the_suite_against_torch_as_json(cli: AnnealGroup, runner: CliRunner) -> None:
+def test_the_suite_against_torch_as_json(cli: AnnealGroup, runner: CliRunner, offline_data: None) -> None:
     result = runner.invoke(cli, ["bench", "--device", "cpu", "--size", "tiny", "--steps", "3", "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)

@@ -136,7 +136,7 @@ def test_usage_errors_exit_2(cli: AnnealGroup, runner: CliRunner) -> None:
     assert runner.invoke(cli, ["train", "x", "--steps", "0"]).exit_code == 2
 
 
-def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+def test_a_reader_that_goes_away_ends_the_command_quietly(offline_data: None) -> None:
     """`anneal kernels ... | head -1`: no BrokenPipeError, no error line, the exit status click gives it (1)."""
     argv = [sys.executable, "-m", "anneal_cli.main", "kernels", "nanogpt", "--preset", "tiny", "--backward", "--device",
             "cpu"]  # fmt: skip

@@ -86,15 +86,19 @@ def test_ctrl_c_saves_the_last_step_and_prints_the_resume_command(
 
 
 def test_the_first_ctrl_c_waits_for_the_step_and_the_second_stops_at_once() -> None:
-    with train.stop_at_step_boundary() as stop:
-        assert not stop()
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.01)  # the handler runs between bytecodes of the main thread
-        assert stop()
-        with pytest.raises(KeyboardInterrupt):
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as on a terminal (a background job of a
+    try:  # shell starts with SIGINT ignored)
+        with train.stop_at_step_boundary() as stop:
+            assert not stop()
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+            time.sleep(0.01)  # the handler runs between bytecodes of the main thread
+            assert stop()
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 # ------------------------------------------------------------------------------ in process, with a test plugin

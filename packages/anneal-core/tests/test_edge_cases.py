@@ -145,3 +145,15 @@ def test_shape_errors_are_runtime_errors_as_torch(name: str) -> None:
     with pytest.raises(RuntimeError):
         SHAPE_ERRORS[name](torch, theirs)
     assert isinstance(got.value, ValueError)  # and still what anneal raised before
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("pad", [(-2, -1, 1, 0), (1, -1, -1, 2)])
+def test_negative_pads_crop_in_every_mode(mode: str, pad: tuple[int, ...]) -> None:
+    data = np.arange(36, dtype=np.float32).reshape(1, 2, 3, 6) / 7
+    x, tx = ours(data).requires_grad_(), theirs(data).requires_grad_()
+    y, ty = AF.pad(x, pad, mode=mode), TF.pad(tx, pad, mode=mode)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-6)
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)

@@ -637,8 +637,11 @@ def _slice_dim(x: Tensor, d: int, start: int, stop: int) -> Tensor:
 
 
 def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
+    if (before < 0 or after < 0) and mode != "circular":  # torch: reflect/replicate the whole dim, then crop
+        padded = _pad_dim(x, d, max(before, 0), max(after, 0), mode)
+        return _slice_dim(padded, d, max(-before, 0), padded.shape[d] - max(-after, 0))
     n = x.shape[d]
-    if before < 0 or after < 0:  # negative amounts crop first, as torch
+    if before < 0 or after < 0:  # circular, as torch: crop first, then wrap what is left
         x = _slice_dim(x, d, max(-before, 0), n - max(-after, 0))
         before, after, n = max(before, 0), max(after, 0), x.shape[d]
     if before == 0 and after == 0:
