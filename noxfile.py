@@ -45,9 +45,9 @@ MPI_USERS = {"anneal-cli"}
 BROWSER = ["playwright==1.65.2"]  # the viz tests drive Debian's Chromium (scripts/system-deps.sh) through it
 BROWSER_USERS = {"anneal-cli"}
 TEST_TOOLS = ["pytest", "hypothesis", "pytest-xdist"]
-# The slowest suites run on two workers (CI has 2 cores); the others stay in one process (anneal-cli's
-# tests start MPI ranks and a tmux terminal with deadlines of their own).
-PARALLEL = {"anneal-models", "integration"}
+# The slowest suites run on two workers (CI has 2 cores); anneal-cli's a file per worker (its MPI, tmux and
+# browser tests keep their order within their files, and their deadlines leave room for the other worker).
+PARALLEL = {"anneal-models": ["-n", "2"], "integration": ["-n", "2"], "anneal-cli": ["-n", "2", "--dist", "loadfile"]}
 # What runs on 3.12 and 3.13 too (`nox --force-python 3.12 -t every-python`, scripts/test.sh): the wheels and the
 # suites that need no PyTorch oracle; PyTorch's CPU wheels for 3.12/3.13 are not reachable from these machines
 # (the index has only the CUDA builds, gigabytes each), so the oracle suites run on 3.11.
@@ -110,7 +110,7 @@ def pytest(session: nox.Session, where: Path, label: str) -> None:
     """Run pytest; collecting no test at all is a failure, not a pass."""
     try:
         with session.chdir(where):
-            session.run("pytest", *(["-n", "2"] if label in PARALLEL else []), *session.posargs)
+            session.run("pytest", *PARALLEL.get(label, []), *session.posargs)
     except nox.command.CommandFailed as exc:
         if getattr(exc, "return_code", None) == PYTEST_NO_TESTS:
             session.error(f"{label}: pytest collected no tests (exit 5); every package must have tests")
@@ -156,7 +156,7 @@ def webgpu(session: nox.Session) -> None:
         "tests/test_functional_more.py",  # (test_shape_more: movement ops only, the same on every backend)
     ]
     with session.chdir(CORE):
-        session.run("pytest", *suites, *session.posargs, env={"ANNEAL_DEVICE": "webgpu"})
+        session.run("pytest", "-n", "2", *suites, *session.posargs, env={"ANNEAL_DEVICE": "webgpu"})
 
 
 @nox.session(python=PYTHONS[0], tags=["cpu-c"])
@@ -167,7 +167,9 @@ def cpu_c(session: nox.Session) -> None:
               "tests/test_math_ops.py", "tests/test_order.py", "tests/test_indexing.py", "tests/test_scatter_einsum.py",
               "tests/test_edge_cases.py", "tests/test_conv_family.py"]  # fmt: skip
     with session.chdir(CORE):
-        session.run("pytest", *suites, *session.posargs, env={"ANNEAL_DEVICE": "cpu", "ANNEAL_CPU_C_MIN": "0"})
+        session.run(
+            "pytest", "-n", "2", *suites, *session.posargs, env={"ANNEAL_DEVICE": "cpu", "ANNEAL_CPU_C_MIN": "0"}
+        )
 
 
 @nox.session(python=PYTHONS[0], tags=["lint"])

@@ -172,12 +172,13 @@ def test_not_a_terminal_means_plain_lines(cli: AnnealGroup, runner: CliRunner, t
 def tmux() -> Iterator[Any]:
     if shutil.which("tmux") is None:  # a real terminal is part of the test: fail, never skip
         pytest.fail("tmux is missing (scripts/system-deps.sh installs it)")
-    server = f"anneal-test-{os.getpid()}"
+    server = f"anneal-test-{os.getpid()}-{time.monotonic_ns()}"  # one per test: a server may still be going
 
     def run(*args: str) -> str:
         done = subprocess.run(["tmux", "-L", server, *args], capture_output=True, text=True, timeout=10)
         return done.stdout
 
+    run.server = server  # type: ignore[attr-defined]
     yield run
     subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, timeout=10)
 
@@ -188,7 +189,7 @@ def train_on_a_terminal(tmux: Any, width: int, height: int) -> tuple[str, str]:
     script = f'{shlex.join(command)}; echo "[exit $?]"; sleep 60'
     env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
     env.pop("ANNEAL_DEBUG", None)
-    subprocess.run(["tmux", "-L", f"anneal-test-{os.getpid()}", "new-session", "-d", "-x", str(width), "-y",
+    subprocess.run(["tmux", "-L", tmux.server, "new-session", "-d", "-x", str(width), "-y",
                     str(height), "sh", "-c", script], env=env, check=True, timeout=10)  # fmt: skip
     screen, mid = "", ""
     deadline = time.monotonic() + 60

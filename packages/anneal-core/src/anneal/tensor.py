@@ -768,7 +768,7 @@ class Tensor:
         return f + up.cast(self.dtype)
 
     def abs(self) -> Tensor:
-        return self.maximum(-self) if self.dtype != dtypes.bool else self
+        return self._binary(Ops.MAX, -self, "abs") if self.dtype != dtypes.bool else self  # |NaN| is NaN anyway
 
     def sign(self) -> Tensor:
         return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
@@ -804,9 +804,14 @@ class Tensor:
         return special.softplus(self, beta, threshold)
 
     def maximum(self, o: Any) -> Tensor:
-        return self._binary(Ops.MAX, o, "maximum")
+        """torch.maximum: a NaN on either side gives NaN (found by its bits: a GPU's max may drop it)."""
+        out = self._binary(Ops.MAX, o, "maximum")
+        return _nan_if_either(self, o, out)
 
     def minimum(self, o: Any) -> Tensor:
+        return _nan_if_either(self, o, self._minimum(o))
+
+    def _minimum(self, o: Any) -> Tensor:
         a, b = self._operands(o, "minimum")
         if a.dtype == dtypes.bool:
             return a & b
@@ -1097,6 +1102,14 @@ class Tensor:
         return out
 
     def amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """torch.amax: a NaN makes the max NaN (found by its bits: a GPU's max may drop it)."""
+        out = self._amax(dim, keepdim)
+        if not self.dtype.is_float:
+            return out
+        return where(self.isnan().any(dim, keepdim), math.nan, out)
+
+    def _amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """The MAX reduction alone: where a NaN needs no care (a stabilizing shift, argmax's own NaN test)."""
         if any(self.shape[a] == 0 for a in self._axes(dim, "amax")):
             raise RuntimeError(f"amax: cannot reduce over an empty dim of shape {self.shape} (max has no identity)")
         return self._reduce(Ops.MAX, dim, keepdim, "amax")
@@ -1168,10 +1181,14 @@ class Tensor:
             return self.flatten().argmax(0)
         d = _norm_dim(axis, self.ndim, "argmax")
         n = self.shape[d]
-        m = self.amax(d, keepdim=True)
-        is_max = (self == m) | ((self != self) & (m != m))  # NaN is the max, as torch
+        m = self._amax(d, keepdim=True)
+        if self.dtype.is_float:  # NaN is the max, as torch (found by its bits: WGSL's max and != may drop a NaN)
+            nan = self.isnan()
+            is_max = where(nan.any(d, keepdim=True), nan, self == m)
+        else:
+            is_max = self == m
         count_down = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - d - 1))
-        first = (is_max.cast(dtypes.int64) * count_down).amax(d, keepdim)
+        first = (is_max.cast(dtypes.int64) * count_down)._amax(d, keepdim)
         return n - first
 
     def argmin(
@@ -1184,19 +1201,19 @@ class Tensor:
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float()
-        m = x.amax(axis, keepdim=True).detach()
+        m = x._amax(axis, keepdim=True).detach()
         m = where(m.abs() == math.inf, 0.0, m)
         out = (x - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
 
     def softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        e = (x - x.amax(dim, keepdim=True).detach()).exp()
+        e = (x - x._amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
     def log_softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        shifted = x - x.amax(dim, keepdim=True).detach()
+        shifted = x - x._amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     def cumsum(self, dim: builtins.int = 0) -> Tensor:
@@ -1343,6 +1360,17 @@ class Tensor:
         keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
         return where(keep, self, False if self.dtype == dtypes.bool else 0)
+
+
+def _nan_if_either(a: Tensor, b: Any, out: Tensor) -> Tensor:
+    if not out.dtype.is_float:
+        return out
+    nan = a.isnan() if a.dtype.is_float else None
+    if isinstance(b, Tensor) and b.dtype.is_float:
+        nan = b.isnan() if nan is None else nan | b.isnan()
+    elif isinstance(b, builtins.float) and math.isnan(b):
+        return Tensor.full(out.shape, math.nan, out.dtype, out.device)
+    return out if nan is None else where(nan, math.nan, out)
 
 
 def _wrapped(value: Any, dtype: DType) -> Any:
