@@ -110,6 +110,7 @@ def test_the_page_shows_the_real_graph_and_kernels(browser: Any, served: str, cl
 def test_opening_a_module_and_inspecting_a_node_and_its_kernel(browser: Any, served: str) -> None:
     view = Page(browser, served)
     page = view.page
+    page.evaluate("document.body.dataset.ready = '0'")  # so the wait below is for this click's layout
     page.click("#collapse-all")
     page.wait_for_selector("body[data-ready='1']")
     before = view.boxes()
