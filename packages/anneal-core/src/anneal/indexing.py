@@ -37,7 +37,7 @@ def _mask(i: Any) -> np.ndarray | None:
     return None
 
 
-def _full_index(x: Tensor, index: tuple) -> tuple:
+def full_index(x: Tensor, index: tuple) -> tuple:
     """The index with masks read, Ellipsis expanded and trailing dims filled with slice(None); each mask
     becomes one int64 index per dim it covers (np.nonzero)."""
     masks = [_mask(i) for i in index]
@@ -107,7 +107,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     """x[index] with at least one tensor, list, array or boolean mask in it."""
     from anneal.tensor import Tensor, broadcast_shape, where
 
-    index = _full_index(x, index if isinstance(index, tuple) else (index,))
+    index = full_index(x, index if isinstance(index, tuple) else (index,))
     # 1. the basic part: slices and None as they are, every advanced (or int) position kept whole
     basic: list[Any] = []
     advanced: list[tuple[int, Any]] = []  # (dim of the intermediate, index)
@@ -191,7 +191,7 @@ def _region(x: Tensor, items: tuple) -> list[tuple[int, int]] | None:
         return None
     region = []
     dims = iter(range(x.ndim))
-    for i in _full_index(x, items):
+    for i in full_index(x, items):
         if i is None:
             continue
         size = x.shape[next(dims)]

@@ -106,7 +106,7 @@ def _running(x: Tensor, dim: int, op: str) -> ValuesIndices:
     holds = upto & ((key.unsqueeze(-2) == extreme.unsqueeze(-1)) | (_isnan(key).unsqueeze(-2)
                                                                   & _isnan(extreme).unsqueeze(-1)))  # fmt: skip
     index = (holds.cast(dtypes.int64) * (position + 1)).amax(-1) - 1  # the last j holding it
-    values = v.gather(-1, index.reshape(*index.shape)) if v.ndim else v  # from the element: its gradient
+    values = v.gather(-1, index)  # gathered from the element, so the gradient reaches it
     return ValuesIndices(_back(values, x, d), _back(index, x, d))
 
 

@@ -1507,16 +1507,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         index = (index,)
     if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
         return indexing.getitem(x, index)
-    if sum(i is Ellipsis for i in index) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if n_real > x.ndim:
-        raise IndexError(f"too many indices ({n_real}) for a tensor of shape {x.shape}")
-    if Ellipsis in index:
-        at = index.index(Ellipsis)
-        index = index[:at] + (slice(None),) * (x.ndim - n_real) + index[at + 1 :]
-    else:
-        index = index + (slice(None),) * (x.ndim - n_real)
+    index = indexing.full_index(x, index)  # Ellipsis expanded, trailing dims filled, too many indices refused
     shrink, flips, steps = [], [], []
     final_shape: list[tuple[str, int | None]] = []  # (kind, source dim); a new axis has no source dim
     dim = 0
