@@ -34,9 +34,15 @@ if [ $# -gt 0 ]; then
     exec nox --force-python 3.11 "$@"
 fi
 
-# python3.X on PATH, else pyenv's newest 3.X.
+# python3.X on PATH when it runs (pyenv's shim for a version that is not selected is on PATH but
+# exits 127), else pyenv's newest 3.X.
 find_python() {
-    command -v "python$1" && return
+    local candidate
+    candidate="$(command -v "python$1" || true)"
+    if [ -n "$candidate" ] && "$candidate" -c "" 2>/dev/null; then
+        echo "$candidate"
+        return
+    fi
     local root
     root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
     ls -d "$root"/versions/"$1".*/bin 2>/dev/null | sort -V | tail -1 | sed "s|\$|/python$1|"
@@ -51,6 +57,7 @@ for version in 3.12 3.13; do
     ln -sf "$found" "$TOOLS/pythons/python$version"  # only this name: pyenv's bin also holds a python3
 done
 export PATH="$PWD/$TOOLS/pythons:$PATH"
+export UV_PYTHON_DOWNLOADS=never  # no download host is reachable: a missing Python fails at once
 nox --force-python 3.11
 for version in 3.12 3.13; do
     nox --force-python "$version" -t every-python
