@@ -157,3 +157,22 @@ def test_negative_pads_crop_in_every_mode(mode: str, pad: tuple[int, ...]) -> No
     (y * y).sum().backward()
     (ty * ty).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+
+
+def test_float16_matmul_gradients_are_as_precise_as_torchs() -> None:
+    """Half sums accumulate in float32, as torch's: a float16 accumulator (shader-f16 on webgpu) made these
+    gradients ten times less precise."""
+    rng = np.random.default_rng(0)
+    a, b, g = (rng.standard_normal(s).astype(np.float16) for s in ((64, 512), (512, 128), (64, 128)))
+    x, w = Tensor(a, device=DEV).requires_grad_(), Tensor(b, device=DEV).requires_grad_()
+    tx, tw = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    y, ty = x @ w, tx @ tw
+    (y * Tensor(g, device=DEV)).sum().backward()
+    (ty * torch.tensor(g)).sum().backward()
+    exact = {"y": a.astype(np.float64) @ b, "x": g.astype(np.float64) @ b.T.astype(np.float64),
+             "w": a.T.astype(np.float64) @ g}  # fmt: skip
+    for name, got, theirs in (("y", y, ty), ("x", x.grad, tx.grad), ("w", w.grad, tw.grad)):
+        assert got.dtype == anneal.float16
+        error = np.abs(got.numpy().astype(np.float64) - exact[name]).max()
+        torch_error = np.abs(theirs.detach().numpy().astype(np.float64) - exact[name]).max()
+        assert error <= 1.5 * torch_error, (name, error, torch_error)

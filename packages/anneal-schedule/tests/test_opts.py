@@ -14,6 +14,7 @@ import pytest
 
 from anneal_ir import Ops, UOp, dtypes
 from anneal_ir.symbolic import simplify
+from anneal_schedule.accumulate import accumulate_wide
 from anneal_schedule.analysis import canonical, find_contraction, flops, ranges_of
 from anneal_schedule.backend import Limits
 from anneal_schedule.decompose import erf_polynomial, threefry_rounds
@@ -153,6 +154,36 @@ def test_a_gated_sum_of_sums_is_one_contraction() -> None:
     c = canonical(wrapped)
     found = find_contraction(c, ranges_of(c))
     assert found is not None and set(found.k) == {outer, k}
+
+
+def test_a_sum_gated_by_its_own_inner_sum_stays_nested() -> None:
+    """sum over columns of relu(x @ w): the gate reads the inner sum, so merging the sums would bind the
+    contraction range around a sum that binds it again (WGSL then read a value out of its loop's scope)."""
+    ast = kernel(matmul(buf(32, 40), buf(40, 36)))
+    red = next(n for n in ast.toposort() if n.op is Ops.REDUCE)
+    outer = next(r for r in ranges(ast).values() if r.arg[1] == "global").replace(arg=(99, "reduce"))
+    relu = UOp(Ops.WHERE, F32, (UOp.const(F32, 0.0) < red, red, UOp.const(F32, 0.0)))
+    nested = UOp(Ops.REDUCE, F32, (relu, outer), Ops.ADD)
+    assert canonical(nested) is nested
+
+
+def test_half_sums_accumulate_in_float32_and_stay_contractions() -> None:
+    half = dtypes.float16
+
+    def hbuf(*shape: int) -> UOp:
+        return UOp(Ops.RESHAPE, half, (UOp(Ops.BUFFER, half, (), FakeBuffer(math.prod(shape))),), shape)
+
+    ast = kernel(matmul(hbuf(32, 40), hbuf(40, 36)))
+    wide = accumulate_wide(ast)
+    (red,) = [n for n in wide.toposort() if n.op is Ops.REDUCE]
+    assert red.dtype == F32 and all(f.op is Ops.CAST and f.src[0].dtype == half for f in red.src[0].src)
+    assert find_contraction(wide, ranges_of(wide)) is not None
+    assert wide.src[0].src[-1].dtype == half  # rounded once, into the half output
+    plain = kernel(UOp(Ops.REDUCE_AXIS, half, (hbuf(64, 8),), (Ops.ADD, (1,))))
+    (total,) = [n for n in accumulate_wide(plain).toposort() if n.op is Ops.REDUCE]
+    assert total.dtype == F32 and total.src[0].op is Ops.CAST
+    single = kernel(matmul(buf(32, 40), buf(40, 36)))
+    assert accumulate_wide(single) is single  # float32 kernels are left alone
 
 
 def test_erf_decomposes_to_abramowitz_and_stegun() -> None:

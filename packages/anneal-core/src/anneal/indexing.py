@@ -10,7 +10,7 @@ product over the flattened indexed dims, so it fuses, differentiates and runs on
 in-place write changes x): a basic index (ints, step-1 slices, None, ...) pads v into place; a boolean mask of
 x's shape is a `where`; other indices scatter through the one-hot, the last write of duplicates winning. Unlike
 torch, views taken from x before the write keep the old values (a lazy tensor's views are values, not storage).
-Indices known on the host (lists, arrays, ints) are checked against the dims; those in tensors are not read.
+Indices known on the host (lists, arrays, ints) are checked against the dims; those in tensors by anneal.bounds.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anneal import bounds
 from anneal_ir import dtypes
 
 if TYPE_CHECKING:
@@ -66,22 +67,6 @@ def full_index(x: Tensor, index: tuple) -> tuple:
     return tuple(out) + (slice(None),) * (x.ndim - dim)
 
 
-def check_bounds(index: Tensor, size: int, op: str, *, negative: bool = False, ignore: int | None = None) -> None:
-    """An IndexError naming op, the index and the size when a realized index tensor points outside [0, size)
-    ([-size, size) with negative). Only an index already computed is read (a batch from the host, a jit
-    argument at capture): a lazy one is not computed for the check, so it is not checked."""
-    from anneal.realize import as_buffer
-
-    if as_buffer(index.uop) is None or not index.dtype.is_int or not isinstance(size, int):
-        return
-    values = index.numpy()
-    if ignore is not None:
-        values = values[values != ignore]
-    bad = values[(values < (-size if negative else 0)) | (values >= size)]
-    if bad.size:
-        raise IndexError(f"{op}: index {int(bad.flat[0])} is out of range for size {size}")
-
-
 def _as_index(i: Any, size: int, dim: int, device: str) -> Tensor:
     """An index along a dim of size as an int64 tensor, negatives wrapped; host-known values checked."""
     from anneal.tensor import Tensor, where
@@ -89,7 +74,7 @@ def _as_index(i: Any, size: int, dim: int, device: str) -> Tensor:
     if isinstance(i, Tensor):
         if not i.dtype.is_int:
             raise IndexError(f"tensors used as indices must be integer or bool tensors, got {i.dtype.name}")
-        check_bounds(i, size, f"index (dim {dim})", negative=True)
+        bounds.check_bounds(i, size, f"index (dim {dim})", negative=True)
         t = i.cast(dtypes.int64)
         return where(t < 0, t + size, t)
     values = np.asarray(i)

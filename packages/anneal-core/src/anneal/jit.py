@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anneal.realize import as_buffer, buffer_view, runner
+from anneal import bounds
+from anneal.realize import as_buffer, buffer_view, realize, runner
 from anneal.tensor import Tensor
 from anneal_ir import Ops, UOp
 from anneal_ir.sint import bound_values
@@ -47,6 +48,7 @@ class Captured:
     arg_slots: list[tuple[int, int, int]]  # (call, slot, argument position) to rebind
     outputs: Any  # the function's return value, tensors replaced by (call, slot) or kept
     signature: list[tuple]
+    checks: list[bounds.Check]  # index checks on the device the step makes: read after each replay
 
 
 @dataclass
@@ -74,10 +76,13 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
         devices = {t.device for t in tensors} or {"cpu"}
         if len(devices) > 1:
             raise JitError(f"jit: arguments on several devices {sorted(devices)}")
-        run = runner(devices.pop())
+        device = devices.pop()
+        run = runner(device)
+        before = bounds.unread(device)
         run.recording = []
         try:
             out = self.fn(*args, **kwargs)
+            realize(device, [])  # writes still pending (an index check, the random counter) belong to the step
         finally:
             recorded, run.recording = run.recording, None
         arg_buffers = {id(as_buffer(t.uop)): i for i, t in enumerate(tensors)}
@@ -99,7 +104,8 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
                 return type(x)(locate(v) for v in x)
             return x
 
-        self.captured = Captured(recorded, arg_slots, locate(out), _signature(tensors))
+        checks = [c for c in bounds.unread(device) if all(c is not b for b in before)]
+        self.captured = Captured(recorded, arg_slots, locate(out), _signature(tensors), checks)
         return out
 
     def replay(self, tensors: list[Tensor]) -> Any:
@@ -123,6 +129,7 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
             cap.calls[c].slots[s] = bufs[i]
         for call in cap.calls:
             runner(call.slots[0].device).run_kernels(call.schedule, call.slots, values)
+        bounds.read_again(cap.checks)
         self.replays += 1
 
         def rebuild(x: Any) -> Any:

@@ -132,10 +132,11 @@ _resolve = PatternMatcher([
 
 def realize(device: str, uops: list[UOp]) -> list[UOp]:
     """Compute uops on device; returns the buffer view that now stands for each."""
-    from anneal import random
+    from anneal import bounds, random
 
     todo = [u for u in uops if as_buffer(u) is None]
-    writes = random.pending_writes(device)  # the generator's counter advances with the first schedule after draws
+    # the generator's counter advances with the first schedule after draws; index checks go with the next one
+    writes = random.pending_writes(device) + bounds.pending_writes(device)
     if not todo and not writes:
         return uops
     done = _realized.setdefault(device, weakref.WeakKeyDictionary())

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from anneal import grad_mode, indexing, order, shape_ops, special
+from anneal import bounds, grad_mode, indexing, order, shape_ops, special
 from anneal import random as _random
 from anneal.composite import with_gradient
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
@@ -304,6 +304,7 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         self.realize()
+        bounds.raise_failed(self.device)  # a host read: where index checks made on the device report
         buf = as_buffer(self.uop)
         assert buf is not None
         shape = resolve_shape(self.shape, bound_values(self.uop))  # a symbolic view reads a prefix
@@ -1256,7 +1257,7 @@ class Tensor:
             raise ShapeError(f"gather: index has {index.ndim} dims but input has {self.ndim} (shapes {index.shape}, "
                              f"{self.shape})")  # fmt: skip
         n = self.shape[d]
-        indexing.check_bounds(index, n, "gather")
+        bounds.check_bounds(index, n, "gather")
         x = self._shrink([(0, index.shape[i]) if i != d else (0, n) for i in range(self.ndim)])
         onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device)  # (*index.shape, n)
         values = _move(x, d, -1).unsqueeze(d).expand(onehot.shape)  # x[.., j at the end]

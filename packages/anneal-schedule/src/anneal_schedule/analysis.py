@@ -237,8 +237,12 @@ def _sum_of_sum(outer: UOp, inner: UOp) -> UOp | None:
 
 
 def _sum_of_gated_sum(outer: UOp, gate: UOp, inner: UOp, zero: UOp) -> UOp | None:
-    """sum_a where(g, sum_b v, 0) -> sum_{a,b} where(g, v, 0) (g cannot vary with b: the inner sum closed it)."""
+    """sum_a where(g, sum_b v, 0) -> sum_{a,b} where(g, v, 0) (g cannot vary with b: the inner sum closed it).
+    Not when g reads b at all, as relu(x @ w) does through the inner sum itself: the merged sum would bind b
+    around a sum that binds it again."""
     if outer.arg is not Ops.ADD or inner.arg is not Ops.ADD or not _is_zero(zero):
+        return None
+    if set(inner.src[1:]) & set(gate.toposort()):
         return None
     gated = UOp(Ops.WHERE, inner.dtype, (gate, inner.src[0], zero))
     return UOp(Ops.REDUCE, outer.dtype, (gated, *outer.src[1:], *inner.src[1:]), Ops.ADD)

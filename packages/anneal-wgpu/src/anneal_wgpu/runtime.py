@@ -28,6 +28,7 @@ import numpy as np
 from anneal_ir import DType, UOp, dtypes
 from anneal_ir.settings import Settings
 from anneal_ir.sint import resolve
+from anneal_schedule.accumulate import accumulate_wide
 from anneal_schedule.analysis import canonical
 from anneal_schedule.backend import Limits
 from anneal_schedule.heuristic import choose_opts
@@ -291,12 +292,12 @@ class WebGPUBackend:
                     self.ready_pipelines[source] = pipeline
 
     def plan(self, ast: UOp) -> tuple[UOp, tuple[Opt, ...], bool]:
-        """The kernel in contraction form (one contraction where the graph wrote nested or gated sums), its
-        opts (BEAM's cached winner, else the heuristic's) and whether BEAM chose them. prepare() and compile()
-        both ask: the rewrite and the heuristic run once per kernel."""
+        """The kernel in contraction form (one contraction where the graph wrote nested or gated sums; half sums
+        accumulated in float32), its opts (BEAM's cached winner, else the heuristic's) and whether BEAM chose
+        them. prepare() and compile() both ask: the rewrite and the heuristic run once per kernel."""
         planned = self.planned.get(ast.key)
         if planned is None:
-            form = canonical(ast)
+            form = canonical(accumulate_wide(ast))  # float16 sums in float32 (shader-f16 would keep them half)
             planned = self.planned[ast.key] = (form, choose_opts(form, self.limits))
         form, heuristic = planned
         searched = self.beam_cache.get(self._beam_key(form), form) if self.beam_cache is not None else None

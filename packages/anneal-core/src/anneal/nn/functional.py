@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from anneal import indexing
+from anneal import bounds
 from anneal import random as _random
 from anneal.composite import with_gradient
 from anneal.nn.activations import (
@@ -403,7 +403,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
         if not -n <= padding_idx < n:
             raise ValueError(f"embedding: padding_idx {padding_idx} must be within num_embeddings {n}")
         padding_idx %= n
-    indexing.check_bounds(input, n, "embedding")
+    bounds.check_bounds(input, n, "embedding")
     hit = input.unsqueeze(-1) == Tensor.arange(n, device=weight.device)  # (*input, n)
     out = hit.cast(weight.dtype).reshape(-1, n).matmul(weight).reshape(*input.shape, dim)
     if padding_idx is not None:
@@ -435,7 +435,7 @@ def _class_terms(logp: Tensor, target: Tensor, w: Tensor | None, ignore_index: i
         raise ValueError(f"{name}: class-index target shape {target.shape} must be {expected} for input shape "
                          f"{logp.shape}")  # fmt: skip
     c = logp.shape[cdim]
-    indexing.check_bounds(target, c, f"{name}: target", ignore=ignore_index)
+    bounds.check_bounds(target, c, f"{name}: target", ignore=ignore_index)
     bshape = [1] * logp.ndim
     bshape[cdim] = c
     keep = target != ignore_index
