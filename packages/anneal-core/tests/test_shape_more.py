@@ -75,6 +75,11 @@ def test_std_mean_matches_torch(dim: Any, keepdim: bool, correction: int) -> Non
     theirs = torch.std_mean(torch.from_numpy(X), dim, keepdim=keepdim, correction=correction)
     for o, t in zip(ours, theirs):
         np.testing.assert_allclose(o.numpy(), t.numpy(), rtol=1e-5, atol=1e-6)
+    functional = (anneal.std_mean, anneal.var_mean), (torch.std_mean, torch.var_mean)
+    for fo, ft in zip(*functional):
+        for o, t in zip(fo(Tensor(X, device=DEV), dim, keepdim, correction),
+                        ft(torch.from_numpy(X), dim, keepdim=keepdim, correction=correction)):  # fmt: skip
+            np.testing.assert_allclose(o.numpy(), t.numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("start, end, steps", [(0.0, 1.0, 5), (-3.0, 7.5, 11), (2.0, 2.0, 3), (0.0, 1.0, 1),

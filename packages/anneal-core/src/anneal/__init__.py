@@ -24,6 +24,16 @@ def tensor(data: object, dtype: DType | str | None = None, device: str | None = 
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
+def std_mean(input: Tensor, dim: object = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """torch.std_mean: (std, mean) over dim."""
+    return input.std_mean(dim, keepdim, correction)
+
+
+def var_mean(input: Tensor, dim: object = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """torch.var_mean: (var, mean) over dim."""
+    return input.var_mean(dim, keepdim, correction)
+
+
 def from_numpy(array: object) -> Tensor:
     """A Tensor of the array's values and dtype. A copy: a lazy tensor's buffer lives on its device, so unlike
     torch.from_numpy, writing to the array afterwards does not change the tensor."""
@@ -32,5 +42,5 @@ def from_numpy(array: object) -> Tensor:
 
 __all__ = ["DType", "Tensor", "Variable", "argsort", "cat", "cummax", "cummin", "cumprod", "dtypes", "einsum",
            "enable_grad", "from_numpy", "hookimpl", "is_grad_enabled", "jvp", "linspace", "logcumsumexp",
-           "manual_seed", "matmul", "meshgrid", "no_grad", "set_grad_enabled", "sort", "stack", "tensor", "topk",
-           "where"]  # fmt: skip
+           "manual_seed", "matmul", "meshgrid", "no_grad", "set_grad_enabled", "sort", "stack", "std_mean", "tensor",
+           "topk", "var_mean", "where"]  # fmt: skip
