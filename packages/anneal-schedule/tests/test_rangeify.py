@@ -92,6 +92,30 @@ def test_matmul_read_through_a_broadcast_is_not_recomputed_per_row() -> None:
     assert len(s.kernels) == 2  # a row kernel would read a whole column of w again for every row
 
 
+def upsampled(x: UOp, n: int) -> UOp:
+    """x (h, w) read at (y // 2, x // 2) of an (2h, 2w) output, as a 2x nearest upsample (or a 2x2 pool's
+    gradient) reads it."""
+    h, w = x.shape  # type: ignore[misc]
+    wide = UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (x,), (h, 1, w, 1)),), (h, n, w, n))
+    return UOp(Ops.RESHAPE, F32, (wide,), (h * n, w * n))
+
+
+def test_a_long_reduction_read_at_halved_indices_gets_its_own_kernel() -> None:
+    """Each output of the matmul would be recomputed for 4 outputs of its reader (it varies with y and x only
+    through y // 2 and x // 2): ResNet-9's 4608-long input gradient fused into a max-pool gradient ran 4x its work,
+    flat. A short one (a 2x2 window's count) stays fused."""
+    x, w = buf(16, 64), buf(64, 16)
+    xe = UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (x,), (16, 1, 64)),), (16, 16, 64))
+    we = UOp(Ops.EXPAND, F32, (UOp(Ops.RESHAPE, F32, (UOp(Ops.PERMUTE, F32, (w,), (1, 0)),), (1, 16, 64)),),
+             (16, 16, 64))  # fmt: skip
+    mm = UOp(Ops.RESHAPE, F32, (reduce_sum(xe * we, (2,)),), (16, 16))
+    s, _ = sched(upsampled(mm, 2) * buf(32, 32))
+    assert len(s.kernels) == 2
+    short = UOp(Ops.RESHAPE, F32, (reduce_sum(buf(16, 16, 4), (2,)),), (16, 16))
+    s, _ = sched(upsampled(short, 2) * buf(32, 32))
+    assert len(s.kernels) == 1
+
+
 def test_permute_becomes_index_math_not_a_copy() -> None:
     a = buf(3, 5)
     out = UOp(Ops.PERMUTE, F32, (a,), (1, 0)) + 1.0

@@ -197,6 +197,8 @@ def fusable_reductions(ast: UOp) -> bool:
     globals_ = global_ranges(deps)
     g = frozenset(globals_)
     reduces = [n for n in deps if n.op is Ops.REDUCE]
+    if any(recomputed(n, deps, g) for n in reduces):
+        return False
     if all(g <= deps[n] for n in reduces):
         return True
     rk = row_kernel(ast, deps)
@@ -214,6 +216,32 @@ def fusable_reductions(ast: UOp) -> bool:
         total *= extent(r)
         n_rows *= extent(r) if r in rows else 1
     return n_rows >= ROW_KERNEL_MIN_ROWS or total <= ROW_KERNEL_SMALL
+
+
+RECOMPUTE_REDUCTION_MIN = 64  # a reduction shorter than this (a pooling window's count) is cheaper recomputed
+
+
+def _halved(u: UOp, deps: dict[UOp, frozenset[UOp]], g: frozenset[UOp]) -> bool:
+    """Is u an integer division by a constant > 1 of an index of output ranges only (y // 2)?"""
+    d = u.src[1]
+    return u.op is Ops.IDIV and d.op is Ops.CONST and int(d.arg) > 1 and deps[u.src[0]] <= g
+
+
+def recomputed(red: UOp, deps: dict[UOp, frozenset[UOp]], g: frozenset[UOp]) -> bool:
+    """Would a long reduction be computed several times over for the same value? True when it varies with some
+    output range only through divisions (read at y // 2 by a 2x upsample or a pool's gradient): every output
+    sharing a quotient computes the whole reduction again, so it had better be a kernel of its own."""
+    if math.prod(extent(r) for r in red.src[1:]) < RECOMPUTE_REDUCTION_MIN:
+        return False
+    direct: dict[UOp, frozenset[UOp]] = {}  # the output ranges a node varies with other than through a division
+    for n in red.src[0].toposort():
+        if n.op is Ops.RANGE:
+            direct[n] = frozenset({n}) & g
+        elif n.op is Ops.IDIV and _halved(n, deps, g):
+            direct[n] = frozenset()
+        else:
+            direct[n] = frozenset().union(*(direct[s] for s in n.src))
+    return bool((deps[red] & g) - direct[red.src[0]])
 
 
 def vectorizable(r: UOp) -> bool:
