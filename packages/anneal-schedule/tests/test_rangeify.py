@@ -78,6 +78,13 @@ def test_reduce_broadcast_back_materializes_when_no_row_kernel_fits() -> None:
     whole = reduce_sum(b, (1,))  # one long row broadcast back: one workgroup would do it all
     s, _ = sched(b + UOp(Ops.EXPAND, F32, (whole,), (1, 1 << 17)))
     assert len(s.kernels) == 2
+    c = buf(128, 1 << 15)  # batch norm's rows: 128 channels of 32,768 elements, too long for one workgroup each
+    stats = reduce_sum(c, (1,))
+    s, _ = sched(c + UOp(Ops.EXPAND, F32, (stats,), (128, 1 << 15)))
+    assert len(s.kernels) == 2
+    d = buf(128, 1 << 14)  # 16,384: still a row kernel
+    s, _ = sched(d + UOp(Ops.EXPAND, F32, (reduce_sum(d, (1,)),), (128, 1 << 14)))
+    assert len(s.kernels) == 1
 
 
 def test_matmul_read_through_a_broadcast_is_not_recomputed_per_row() -> None:

@@ -184,6 +184,10 @@ def row_kernel(ast: UOp, deps: dict[UOp, frozenset[UOp]] | None = None) -> RowKe
 
 ROW_KERNEL_MIN_ROWS = 32  # fewer rows than this leave a GPU idle: fuse only small kernels then
 ROW_KERNEL_SMALL = 65536  # output elements of a kernel small enough to fuse regardless
+# elements of one row a workgroup computes at most: batch norm's rows (a channel over batch x height x width, 524,288
+# at 512 x 32 x 32) left 128 workgroups to write 67M outputs (10 ms where a flat kernel after a small reduction
+# kernel takes a fraction of one)
+ROW_KERNEL_MAX_ROW = 16384
 
 
 def fusable_reductions(ast: UOp) -> bool:
@@ -192,7 +196,9 @@ def fusable_reductions(ast: UOp) -> bool:
     Yes when every reduction varies with every output element (nothing is recomputed), or when it
     is a row kernel whose reductions each run once per workgroup: they read data of their own row
     only (never a whole matmul operand again for every row), the innermost output range is not a
-    row range (the row's elements are contiguous), and there are enough rows to fill a device."""
+    row range (the row's elements are contiguous), there are enough rows to fill a device, and a
+    row is short enough for one workgroup (ROW_KERNEL_MAX_ROW). Never when a long reduction would be
+    computed again for outputs that share its value (``recomputed``)."""
     deps = ranges_of(ast)
     globals_ = global_ranges(deps)
     g = frozenset(globals_)
@@ -215,7 +221,9 @@ def fusable_reductions(ast: UOp) -> bool:
     for r in globals_:
         total *= extent(r)
         n_rows *= extent(r) if r in rows else 1
-    return n_rows >= ROW_KERNEL_MIN_ROWS or total <= ROW_KERNEL_SMALL
+    if total <= ROW_KERNEL_SMALL:
+        return True
+    return n_rows >= ROW_KERNEL_MIN_ROWS and total // n_rows <= ROW_KERNEL_MAX_ROW
 
 
 RECOMPUTE_REDUCTION_MIN = 64  # a reduction shorter than this (a pooling window's count) is cheaper recomputed
