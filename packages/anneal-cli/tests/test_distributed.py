@@ -169,6 +169,25 @@ def test_dropout_on_two_ranks_draws_the_one_process_masks(tmp_path: Path, mpiexe
     np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
 
 
+def test_bert_on_two_ranks_equals_one_process(tmp_path: Path, mpiexec: str, offline_data: None) -> None:
+    """The masked-token mean is over the global batch's masked positions: each rank weighs its share of them."""
+    args = ["bert", "--preset", "tiny", "--steps", "4"]
+    train([*args, "--out", str(tmp_path / "one")])
+    train([*args, "--out", str(tmp_path / "two")], mpiexec, 2)
+    np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
+
+
+def test_moe_on_two_ranks_starts_as_one_process(tmp_path: Path, mpiexec: str, offline_data: None) -> None:
+    """moe's load-balance term is a product of two batch means, computed per shard (as Switch Transformer's
+    per-device term): the first step's language-model loss is the global one, later steps follow closely."""
+    args = ["moe", "--preset", "tiny", "--steps", "4"]
+    train([*args, "--out", str(tmp_path / "one")])
+    train([*args, "--out", str(tmp_path / "two")], mpiexec, 2)
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    np.testing.assert_allclose(two[0], one[0], rtol=1e-5)
+    np.testing.assert_allclose(two, one, rtol=2e-2)
+
+
 def test_resume_from_one_process_on_two_ranks(tmp_path: Path, mpiexec: str) -> None:
     args = ["mlp", "--preset", "tiny"]
     train([*args, "--steps", "8", "--out", str(tmp_path / "one")])

@@ -257,6 +257,25 @@ def test_bert_loss_counts_masked_positions_only() -> None:
     assert trainer.evaluate(x, y2) != pytest.approx(want, rel=1e-3)
 
 
+def test_bert_shards_weigh_their_share_of_the_masked_positions() -> None:
+    """Data-parallel ranks sum weight x (their loss, their gradients): with the masked-token mean, the weights are
+    the shards' shares of the masked positions, so the sum is the global mean whatever the masks."""
+    trainer = bert.build(config(bert), "cpu")
+    x, y = trainer.val_batches[0]
+    y = y.copy()
+    y[1:] = bert.IGNORE
+    y[0, :3] = 1  # row 0: at least 3 masked positions, every other row none
+    halves = slice(0, len(y) // 2), slice(len(y) // 2, len(y))
+    assert [trainer.shard_weight((x, y), p) for p in halves] == [1.0, 0.0]
+    per_shard = []
+    for p in halves:
+        loss = trainer.evaluate(x[p], y[p]) if (y[p] != bert.IGNORE).any() else 0.0
+        per_shard.append(trainer.shard_weight((x, y), p) * loss)
+    assert sum(per_shard) == pytest.approx(trainer.evaluate(x, y), rel=1e-5)
+    unmasked = np.full_like(y, bert.IGNORE)
+    assert trainer.shard_weight((x, unmasked), halves[0]) == pytest.approx(0.5)  # nothing masked: the rows' share
+
+
 def test_bert_is_bidirectional() -> None:
     net = bert.build_model(config(bert), 65, "cpu")
     x = np.random.default_rng(0).integers(0, 65, (1, 32))

@@ -249,7 +249,9 @@ class World:
                 o += sizes[i]
             if b == last:
                 flat[o:] = [float(v.numpy()) for v in values]
-            if weight != 1.0:
+            if weight == 0.0:  # a shard with nothing in the loss (its own mean is NaN): it adds nothing
+                flat[:] = 0.0
+            elif weight != 1.0:
                 flat *= np.float32(weight)
             requests.append(self.comm.Iallreduce(MPI.IN_PLACE, flat, op=MPI.SUM))
             flats.append(flat)

@@ -123,6 +123,14 @@ class BertTrainer(LMTrainer):
         super().__init__(config, device, net, data, lambda rng: masked("train", rng), val)
         self._logits = jit(self._forward)
 
+    def shard_weight(self, batch: Batch, part: slice) -> float:
+        """The masked-token mean is over the global batch's masked positions: a shard weighs its share of them
+        (a shard without one weighs nothing)."""
+        counted = int((batch[1] != IGNORE).sum())
+        if not counted:
+            return super().shard_weight(batch, part)
+        return int((batch[1][part] != IGNORE).sum()) / counted
+
     def describe(self) -> str:
         c = self.config
         return (f"{super().describe()}: bidirectional encoder, {c['layers']} layers, {c['heads']} heads, "

@@ -209,6 +209,12 @@ class SupervisedTrainer:
         self._before_update()
         self.optimizer.step()
 
+    def shard_weight(self, batch: Batch, part: slice) -> float:
+        """The weight of this rank's loss and gradients in the ranks' sum: what share of the global loss its shard
+        holds. A mean over samples weighs the shard's share of the samples; a trainer whose loss is a mean over
+        something else (BERT's masked positions) weighs by its share of that, so N ranks sum to the global mean."""
+        return (part.stop - part.start) / len(batch[0])
+
     def _parallel_step(self, batch: Batch) -> list[float]:
         """One data-parallel step on the global batch; returns the step's outputs averaged over every rank."""
         reducer = self._reducer
@@ -218,7 +224,7 @@ class SupervisedTrainer:
         with anneal_random.batch_shard(part.start, part.stop):  # dropout: this shard's rows of the global batch's masks
             out = self._grad_step(*self._as_tensors((x[part], y[part])))
         k = len(out) - len(self.params)
-        averaged, values = reducer.average(out[k:], out[:k], (part.stop - part.start) / len(x))
+        averaged, values = reducer.average(out[k:], out[:k], self.shard_weight(batch, part))
         if self._grad_inputs is None:  # one float32 buffer per gradient, written in place every step (jit arguments)
             self._grad_inputs = [Tensor(a.reshape(p.shape), dtype=dtypes.float32, device=self.device).realize()
                                  for a, p in zip(averaged, self.params)]  # fmt: skip
