@@ -385,22 +385,36 @@ def _conv(relu: bool) -> Callable[[dict, str], object]:
     return build
 
 
-def model_cases(quick: bool) -> list[dict]:
+def model_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
     rows = 4096 if quick else 16384
     return [
-        fwd_bwd("linear+GELU fwd+bwd", _linear_gelu, {"x": (rows, 384), "w": (384, 1536)}, 3 * 2 * rows * 384 * 1536),
-        fwd_bwd("matmul fwd+bwd", _matmul, {"x": (rows, 1536), "w": (1536, 384)}, 3 * 2 * rows * 1536 * 384),
+        fwd_bwd(
+            "linear+GELU fwd+bwd",
+            _linear_gelu,
+            {"x": (rows, 384), "w": (384, 1536)},
+            3 * 2 * rows * 384 * 1536,
+            do_sweep=do_sweep,
+        ),  # fmt: skip
+        fwd_bwd(
+            "matmul fwd+bwd",
+            _matmul,
+            {"x": (rows, 1536), "w": (1536, 384)},
+            3 * 2 * rows * 1536 * 384,
+            do_sweep=do_sweep,
+        ),  # fmt: skip
         fwd_bwd(
             "layernorm+linear fwd+bwd",
             _layernorm_linear,
             {"x": (rows, 384), "g": (384,), "b": (384,), "w": (384, 1152)},
             3 * 2 * rows * 384 * 1152,
+            do_sweep=do_sweep,
         ),  # fmt: skip
         fwd_bwd(
             "causal SDPA fwd+bwd",
             _sdpa,
             {"q": (64, 6, 256, 64), "k": (64, 6, 256, 64), "v": (64, 6, 256, 64)},
             2.5 * 2 * 2 * 64 * 6 * 256 * 256 * 64,
+            do_sweep=do_sweep,
         ),  # fmt: skip
     ]
 
@@ -479,7 +493,7 @@ def main() -> None:
     if "overhead" in only:
         results.append(host_overhead())
     if "models" in only:
-        results += model_cases(args.quick)
+        results += model_cases(args.quick, args.sweep)
     if "convs" in only:
         results += conv_cases(args.quick, args.sweep)
     if "steps" in only:

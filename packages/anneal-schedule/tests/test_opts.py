@@ -18,7 +18,7 @@ from anneal_schedule.accumulate import accumulate_wide
 from anneal_schedule.analysis import canonical, find_contraction, flops, ranges_of
 from anneal_schedule.backend import Limits
 from anneal_schedule.decompose import erf_polynomial, threefry_rounds
-from anneal_schedule.heuristic import candidate_opts, choose_opts
+from anneal_schedule.heuristic import candidate_opts, choose_opts, group_size
 from anneal_schedule.lower import lower
 from anneal_schedule.opt import Opt, OptError, OptOps, apply_opts, origin, stride
 from anneal_schedule.schedule import build_schedule, normalize
@@ -206,3 +206,8 @@ def test_flops_count_a_matmul_as_2mnk_plus_its_epilogue() -> None:
     ast = kernel(matmul(buf(48, 32), buf(32, 40)) * 2.0)
     assert flops(ast) == 2 * 48 * 40 * 32 + 48 * 40
     assert flops(kernel(buf(64, 48) + 1.0)) == 64 * 48
+
+
+def test_a_grouped_reduction_gives_each_invocation_a_quad_at_least() -> None:
+    assert [group_size(n, 256) for n in (128, 256, 512, 1024, 1 << 20)] == [64, 64, 128, 256, 256]
+    assert group_size(1 << 20, 32) == 32  # a device's limit wins

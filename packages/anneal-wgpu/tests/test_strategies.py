@@ -284,3 +284,17 @@ def test_short_row_ranges_are_joined_into_a_tile(runner: Runner) -> None:
     opts = choose_opts(kern.ast, runner.backend.limits)
     assert kind_of(opts) == "tile" and "tile/vec4" in seen
     assert any(o.op is OptOps.JOIN for o in opts), opts
+
+
+def test_a_big_matmul_takes_the_8x8_register_tile_and_computes_numpys_product(runner: Runner) -> None:
+    """1024 x 1024 outputs (the heuristic's "big" contractions): the 64x128x32 tile with 8x8 outputs per
+    invocation, two vec4s of columns, that the H200 sweep put first."""
+    a, b = rng.standard_normal((1024, 64)).astype(np.float32), rng.standard_normal((64, 1024)).astype(np.float32)
+    out = matmul(tensor(runner, a), tensor(runner, b))
+    (buf,) = runner.realize([out])
+    np.testing.assert_allclose(buf.numpy().reshape(1024, 1024), a @ b, rtol=1e-4, atol=1e-4)
+    (kern,) = [k for k in runner.scheduler.schedule([out])[0].kernels]
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    assert kind_of(opts) == "tile"
+    assert [o.amount for o in opts if o.op is OptOps.LOCAL] == [16, 8]  # 128 invocations
+    assert [o.amount for o in opts if o.op is OptOps.UPCAST] == [2, 8]  # 2 vec4s of columns x 8 rows each

@@ -72,6 +72,16 @@ def flat_opts(ast: UOp, limits: Limits, local: int = 256, vec: bool = True) -> t
     return tuple(opts)
 
 
+def group_size(length: int, largest: int) -> int:
+    """Invocations sharing one reduction of length: a quad (4 elements) each at least, 64 to largest. On an H200
+    the split-K partial sums of layer-norm gradients (256 long) ran 2x faster on 64 invocations with vec4 loads
+    than on 256 with one element each (RESULTS.md, session 16)."""
+    n = 64
+    while n * 2 <= largest and n * 2 * 4 <= length:
+        n *= 2
+    return min(n, largest)
+
+
 def group_opts(ast: UOp, local: int, vec: bool = True) -> tuple[Opt, ...]:
     """A workgroup per output: each top reduction split across the invocations."""
     deps = ranges_of(ast)
@@ -227,10 +237,11 @@ def contraction_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...] | None:
         return None
     outputs = math.prod(extent(r) for r in global_ranges(ranges_of(ast)))
     big = extent(m) >= 128 and extent(n) >= 128 and outputs >= (1 << 20)
-    # on an H200 (4096^3) 64x128x32 with an 8x4 vec4 register tile was the fastest of 111 candidates (RESULTS.md);
+    # on an H200, 64x128x32 with an 8x8 register tile (two vec4s of columns, 128 invocations) was first or second of
+    # 135 candidates for 4096^3 and nanogpt's linear layers, 5-13% ahead of the 8x4 tile (RESULTS.md, session 16);
     # 32-wide tiles for narrow operands (the 27 columns of a 3-channel convolution's weight gradient)
     tiles = (
-        ((64, 128, 32, 8, 4), (64, 64, 16, 4, 4))
+        ((64, 128, 32, 8, 8), (64, 128, 32, 8, 4), (64, 64, 16, 4, 4))
         if big
         else ((64, 64, 16, 4, 4), (32, 64, 16, 4, 4), (64, 32, 16, 4, 4), (32, 32, 16, 4, 4))
     )
@@ -277,7 +288,7 @@ def _choose(ast: UOp, limits: Limits) -> tuple[str, str, tuple[Opt, ...]]:
         longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
         if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
             why = f"{outputs} outputs of {longest}-long reductions: one workgroup each"
-            return "group", why, group_opts(ast, local)
+            return "group", why, group_opts(ast, group_size(longest, local))
     return "flat", "one thread per output", flat_opts(ast, limits, local)
 
 
