@@ -387,36 +387,15 @@ def _conv(relu: bool) -> Callable[[dict, str], object]:
 
 def model_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
     rows = 4096 if quick else 16384
-    return [
-        fwd_bwd(
-            "linear+GELU fwd+bwd",
-            _linear_gelu,
-            {"x": (rows, 384), "w": (384, 1536)},
-            3 * 2 * rows * 384 * 1536,
-            do_sweep=do_sweep,
-        ),  # fmt: skip
-        fwd_bwd(
-            "matmul fwd+bwd",
-            _matmul,
-            {"x": (rows, 1536), "w": (1536, 384)},
-            3 * 2 * rows * 1536 * 384,
-            do_sweep=do_sweep,
-        ),  # fmt: skip
-        fwd_bwd(
-            "layernorm+linear fwd+bwd",
-            _layernorm_linear,
-            {"x": (rows, 384), "g": (384,), "b": (384,), "w": (384, 1152)},
-            3 * 2 * rows * 384 * 1152,
-            do_sweep=do_sweep,
-        ),  # fmt: skip
-        fwd_bwd(
-            "causal SDPA fwd+bwd",
-            _sdpa,
-            {"q": (64, 6, 256, 64), "k": (64, 6, 256, 64), "v": (64, 6, 256, 64)},
-            2.5 * 2 * 2 * 64 * 6 * 256 * 256 * 64,
-            do_sweep=do_sweep,
-        ),  # fmt: skip
-    ]
+    qkv = {"q": (64, 6, 256, 64), "k": (64, 6, 256, 64), "v": (64, 6, 256, 64)}
+    cases = [  # (name, step, input shapes, float operations)
+        ("linear+GELU fwd+bwd", _linear_gelu, {"x": (rows, 384), "w": (384, 1536)}, 3 * 2 * rows * 384 * 1536),
+        ("matmul fwd+bwd", _matmul, {"x": (rows, 1536), "w": (1536, 384)}, 3 * 2 * rows * 1536 * 384),
+        ("layernorm+linear fwd+bwd", _layernorm_linear, {"x": (rows, 384), "g": (384,), "b": (384,), "w": (384, 1152)},
+         3 * 2 * rows * 384 * 1152),
+        ("causal SDPA fwd+bwd", _sdpa, qkv, 2.5 * 2 * 2 * 64 * 6 * 256 * 256 * 64),
+    ]  # fmt: skip
+    return [fwd_bwd(name, fn, shapes, work, do_sweep=do_sweep) for name, fn, shapes, work in cases]
 
 
 def conv_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
