@@ -343,9 +343,10 @@ def train(
             raise click.UsageError("--nproc starts mpiexec itself; under mpiexec, leave it out")
         code = distributed.launch(nproc, _argv_without_nproc(), lambda line: click.echo(line, err=True))
         raise SystemExit(code)
+    # the options as parsed, less the launcher's own: what every rank trains with
+    options = {k: v for k, v in click.get_current_context().params.items() if k not in ("nproc", "comm_timeout")}
     if launch is None:
-        return _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
-                      resume, dataset, settings, None, data_path=data_path, mirror=mirror)  # fmt: skip
+        return _train(**options, world=None)
     # A rank: a deterministic usage error is said by rank 0 alone; after that, any failure is one line and an
     # immediate exit (MPI_Finalize could wait forever on ranks that stopped in an exchange).
     quiet = launch.rank != 0
@@ -361,8 +362,7 @@ def train(
             from anneal_cpu.runtime import numpy_blas
 
             numpy_blas(single_threaded=True)
-        _train(model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
-               resume, dataset, settings, world, terminal=terminal, data_path=data_path, mirror=mirror)  # fmt: skip
+        _train(**options, world=world)
     except (click.UsageError, CommandError) as exc:  # the same on every rank, or rank 0's alone (its run folder)
         if not quiet:
             exc.show()
@@ -404,30 +404,10 @@ def _argv_without_nproc() -> list[str]:
     return out
 
 
-def _train(
-    model: str,
-    device: str,
-    steps: int | None,
-    lr: float | None,
-    batch: int | None,
-    seed: int | None,
-    preset: str | None,
-    log_every: int | None,
-    eval_every: int | None,
-    plain: bool,
-    as_json: bool,
-    out: Path | None,
-    resume: Path | None,
-    dataset: str | None,
-    settings: tuple[str, ...],
-    world: distributed.World | None,
-    terminal: bool = False,
-    data_path: Path | None = None,
-    mirror: str | None = None,
-) -> None:
+def _train(**options: Any) -> None:
+    """_train_in with the ExitStack that holds the run's data sources (closed whatever happens)."""
     with contextlib.ExitStack() as stack:
-        _train_in(stack, model, device, steps, lr, batch, seed, preset, log_every, eval_every, plain, as_json, out,
-                  resume, dataset, settings, world, terminal, data_path, mirror)  # fmt: skip
+        _train_in(stack, **options)
 
 
 def _train_in(
