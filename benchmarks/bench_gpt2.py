@@ -19,15 +19,19 @@ import numpy as np
 import torch
 import transformers
 
+from anneal_cli.bench.profile import print_slowest, profile_replay
 from anneal_cli.bench.timing import time_steps
 from anneal_models import gpt2
 
 SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257}
 
 
-def anneal_step(device: str, steps: int) -> tuple[float, float]:
-    config = {**gpt2.DEFAULTS, "init": "random", "batch": 4, "block": 1024, "steps": steps + 2, "eval_every": 0}
-    first, ms = time_steps(gpt2.build(config, device), steps)
+def anneal_step(device: str, steps: int, profile: bool) -> tuple[float, float]:
+    config = {**gpt2.DEFAULTS, "init": "random", "batch": 4, "block": 1024, "steps": steps + 3, "eval_every": 0}
+    trainer = gpt2.build(config, device)
+    first, ms = time_steps(trainer, steps)
+    if profile:
+        print_slowest(profile_replay(device, trainer.jit.captured, lambda: trainer.step(steps + 2)), top=16)
     return first, ms / steps
 
 
@@ -56,14 +60,18 @@ def torch_step(device: str, steps: int) -> float:
     return (time.perf_counter() - t0) * 1000 / steps
 
 
-def anneal_sampling(device: str, tokens: int) -> float:
+def anneal_sampling(device: str, tokens: int, profile: bool) -> float:
     cfg = gpt2.GPT2Config(12, 12, 768, 1024, 50257, 1e-5)
     generator = gpt2.Generator(gpt2.build_model(cfg, device), device)
     prompt = list(range(100, 108))
     list(generator.stream(prompt, 4, temperature=0.0))  # compile and capture the decode step
     t0 = time.perf_counter()
     out = list(generator.stream(prompt, tokens, temperature=0.0))
-    return len(out) / (time.perf_counter() - t0)
+    tps = len(out) / (time.perf_counter() - t0)
+    if profile:
+        print("one decode step:")
+        print_slowest(profile_replay(device, generator.decode.captured, lambda: generator.logits(100, 9)), top=12)
+    return tps
 
 
 def torch_sampling(device: str, tokens: int) -> float:
@@ -88,17 +96,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--skip-step", action="store_true", help="Only sampling (the step is slow on a laptop CPU).")
+    p.add_argument("--profile", action="store_true", help="the slowest kernels of a step and of a decode step")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if not args.skip_step:
         ms_torch = torch_step(args.torch_device, args.steps)
-        first, ms_anneal = anneal_step(args.device, args.steps)
+        first, ms_anneal = anneal_step(args.device, args.steps, args.profile)
         print(f"gpt2 124M fine-tune step (batch 4 x 1024): torch {args.torch_device} {ms_torch:.1f} ms, anneal "
               f"{args.device} {ms_anneal:.1f} ms (first step {first:.1f} s); ratio {ms_anneal / ms_torch:.2f}x",
               flush=True)  # fmt: skip
     tps_torch = torch_sampling(args.torch_device, args.tokens)
-    tps_anneal = anneal_sampling(args.device, args.tokens)
+    tps_anneal = anneal_sampling(args.device, args.tokens, args.profile)
     print(f"gpt2 124M greedy sampling ({args.tokens} tokens): transformers generate on {args.torch_device} "
           f"{tps_torch:.1f} tokens/s, anneal {args.device} {tps_anneal:.1f} tokens/s; ratio "
           f"{tps_anneal / tps_torch:.2f}x")  # fmt: skip

@@ -23,6 +23,7 @@ import torch
 from anneal import Tensor
 from anneal.jit import jit
 from anneal.realize import runner
+from anneal_cli.bench.profile import print_slowest, profile_replay
 
 DEVICE = "webgpu"
 TORCH = "cuda"  # --torch-device: the peer's device
@@ -302,7 +303,7 @@ def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, t
     step(g)
     ta = timeit(lambda: step(g), sync, runs=runs)
     tg = gpu_time(lambda: step(g))
-    slowest_kernels(step, lambda: step(g), top=8)
+    print_slowest(profile_replay(DEVICE, step.captured, lambda: step(g)), top=8, indent=" " * 36)
     tins = {k: torch.tensor(v, device=TORCH, requires_grad=True) for k, v in data.items()}
     tup = torch.tensor(upstream, device=TORCH)
 
@@ -325,22 +326,6 @@ def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, t
         sweep(name, [t.grad for t in ins.values()], flops / 3 / 1e12, "TFLOP/s", top=8)
     print(f"{'':<34} gradients agree with torch: {ok}")
     return row
-
-
-def slowest_kernels(jitted: object, call: Callable[[], object], top: int = 3) -> None:
-    """The slowest kernels of one replay (timestamp queries), with their ranges and opts."""
-    run = runner(DEVICE)
-    backend = run.backend
-    cap = getattr(jitted, "captured", None)
-    if cap is None or not backend.start_timing():
-        return
-    call()
-    times = backend.stop_timing()
-    kernels = [k for c in cap.calls for k in c.schedule.kernels]
-    for t, kern in sorted(zip(times, kernels), key=lambda tk: -tk[0])[:top]:
-        ends = [int(r.src[0].vmax) for r in kern.ast.toposort() if r.op.name == "RANGE"]
-        opts = getattr(run.programs[kern.ast.key].kernel, "strategy", "")[:160]
-        print(f"{'':<34}   {t * 1e3:7.3f} ms {kern.name} ranges {ends}: {opts}")
 
 
 def _linear_gelu(t: dict, lib: str) -> object:

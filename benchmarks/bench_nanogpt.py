@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from anneal_cli.bench.profile import KernelTime, Profile, print_slowest, profile_replay
 from anneal_models import nanogpt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anneal-models" / "tests"))
@@ -112,52 +113,35 @@ def contraction_class(ast: object, attention_batch: int) -> str:
     return "split-K partial sums (weight gradients)" if batch else "contractions (linear layers)"
 
 
-def kernel_classes(trainer: object, device: str, step: int, attention_batch: int) -> None:
-    """GPU time of one jit-replayed step by kernel class (timestamp queries), and the step's MFU."""
-    from anneal.realize import runner
+def kernel_class(k: KernelTime, attention_batch: int) -> str:
+    """A kernel's class by its opts: staged tiles are contractions, grouped ones row kernels or grouped sums."""
+    if "STAGE" in k.opts:
+        return contraction_class(k.ast, attention_batch)
+    if "GROUP" in k.opts:
+        return "row kernels and grouped reductions"
+    if any(n.op.name == "REDUCE" for n in k.ast.toposort()):
+        return "other reductions"
+    return "elementwise"
 
-    run = runner(device)
-    backend = run.backend
-    cap = trainer.jit.captured  # type: ignore[attr-defined]
-    kernels = [k for call in cap.calls for k in call.schedule.kernels]
-    if not getattr(backend, "start_timing", None) or not backend.start_timing():
-        print("kernel classes: the device has no timestamp queries")
+
+def kernel_classes(trainer: object, device: str, step: int, attention_batch: int) -> None:
+    """GPU time of one jit-replayed step by kernel class (timestamp queries), and each class's slowest kernels."""
+    profile = profile_replay(device, trainer.jit.captured, lambda: trainer.step(step))  # type: ignore[attr-defined]
+    if profile is None:
+        print("kernel classes: no timestamp queries on this device (or the replay ran other kernels)")
         return
-    trainer.step(step)  # type: ignore[attr-defined]
-    times = backend.stop_timing()
-    if len(times) < len(kernels):
-        print(f"kernel classes: {len(times)} timings for {len(kernels)} kernels")
-        return
-    classes: dict[str, list[float]] = {}
-    for kern, t in zip(kernels, times):
-        prog = run.programs[kern.ast.key]
-        described = getattr(getattr(prog, "kernel", None), "strategy", "")  # opts, or an older strategy label
-        if "STAGE" in described or described == "tile":
-            name = contraction_class(kern.ast, attention_batch)
-        elif "GROUP" in described or described == "group":
-            name = "row kernels and grouped reductions"
-        elif any(n.op.name == "REDUCE" for n in kern.ast.toposort()):
-            name = "other reductions"
-        else:
-            name = "elementwise"
-        classes.setdefault(name, []).append(t)
-    total = sum(times[: len(kernels)])
-    print(f"GPU time of one step: {total * 1e3:.1f} ms over {len(kernels)} kernels")
-    for name, ts in sorted(classes.items(), key=lambda kv: -sum(kv[1])):
-        print(f"  {name:<38} {sum(ts) * 1e3:7.1f} ms  {100 * sum(ts) / total:5.1f}%  ({len(ts)} kernels)")
-    by_class: dict[str, list[tuple[float, object]]] = {}
-    for kern, t in zip(kernels, times):
-        for name, ts in classes.items():
-            if t in ts:
-                by_class.setdefault(name, []).append((t, kern))
-                break
-    for name, rows in by_class.items():
+    classes: dict[str, list[KernelTime]] = {}
+    for k in profile.kernels:
+        classes.setdefault(kernel_class(k, attention_batch), []).append(k)
+    total = profile.gpu
+    print(f"GPU time of one step: {total * 1e3:.1f} ms over {len(profile.kernels)} kernels "
+          f"({profile.wall * 1e3:.1f} ms wall)")  # fmt: skip
+    for name, ks in sorted(classes.items(), key=lambda kv: -sum(k.seconds for k in kv[1])):
+        t = sum(k.seconds for k in ks)
+        print(f"  {name:<38} {t * 1e3:7.1f} ms  {100 * t / total:5.1f}%  ({len(ks)} kernels)")
+    for name, ks in classes.items():
         print(f"  slowest {name}:")
-        for t, kern in sorted(rows, key=lambda tk: -tk[0])[:4]:
-            prog = run.programs[kern.ast.key]  # type: ignore[attr-defined]
-            ends = [int(r.src[0].vmax) for r in kern.ast.toposort() if r.op.name == "RANGE"]  # type: ignore[attr-defined]
-            described = getattr(getattr(prog, "kernel", None), "strategy", "")[:150]
-            print(f"    {t * 1e3:7.2f} ms {kern.name} ranges {ends}: {described}")  # type: ignore[attr-defined]
+        print_slowest(Profile(0.0, ks), top=4, indent="  ", width=150, summary=False)
 
 
 def step_flops(config: dict, vocab: int) -> float:

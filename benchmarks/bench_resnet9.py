@@ -29,6 +29,7 @@ from anneal_models import classify, images, resnet9
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anneal-models" / "tests"))
 from test_vision_models import TorchResNet9  # noqa: E402 - the tests' torch oracle of the same net
 
+from anneal_cli.bench.profile import print_slowest, profile_replay
 from anneal_cli.bench.timing import time_steps
 
 EPOCHS_TO_94 = 24  # Page's schedule reaches 94% in 24 epochs
@@ -47,29 +48,9 @@ def anneal_epoch(config: dict, device: str, data: images.ImageSet, profile: bool
     trainer = resnet9.build(config, device, data=data)
     first, ms = time_steps(trainer, trainer.steps_per_epoch)
     if profile:
-        slowest_kernels(trainer, device, trainer.steps_per_epoch + 2)
+        step = trainer.steps_per_epoch + 2
+        print_slowest(profile_replay(device, trainer.jit.captured, lambda: trainer.step(step)), top=12)
     return first, ms, trainer.steps_per_epoch
-
-
-def slowest_kernels(trainer: object, device: str, step: int, top: int = 12) -> None:
-    """One jit-replayed step's GPU time (timestamp queries) against its wall time, and its slowest kernels."""
-    from anneal.realize import runner
-
-    run = runner(device)
-    backend = run.backend
-    kernels = [k for call in trainer.jit.captured.calls for k in call.schedule.kernels]  # type: ignore[attr-defined]
-    if not getattr(backend, "start_timing", None) or not backend.start_timing():
-        print("profile: the device has no timestamp queries")
-        return
-    t0 = time.perf_counter()
-    trainer.step(step)  # type: ignore[attr-defined]
-    wall = time.perf_counter() - t0
-    times = backend.stop_timing()
-    print(f"profile: one step {wall * 1e3:.1f} ms wall, {sum(times) * 1e3:.1f} ms of GPU time in {len(times)} kernels")
-    for t, kern in sorted(zip(times, kernels), key=lambda tk: -tk[0])[:top]:
-        ends = [int(r.src[0].vmax) for r in kern.ast.toposort() if r.op.name == "RANGE"]
-        opts = getattr(run.programs[kern.ast.key].kernel, "strategy", "")[:120]
-        print(f"  {t * 1e3:7.3f} ms {kern.name} ranges {ends}: {opts}")
 
 
 def torch_epoch(config: dict, device: str, data: images.ImageSet) -> tuple[float, int]:

@@ -91,7 +91,7 @@ def test_kv_cache_greedy_generation_is_generate(folder: Path) -> None:
                                              pad_token_id=50256)[0, len(ids):].tolist()  # fmt: skip
     generator = gpt2.Generator(net, "cpu")
     assert list(generator.stream(ids, 20, temperature=0.0)) == expected
-    assert generator._step.replays >= 18  # one captured decode step, replayed for every position
+    assert generator.decode.replays >= 18  # one captured decode step, replayed for every position
 
 
 def test_fine_tune_step_gradients_match_torch(folder: Path) -> None:

@@ -213,7 +213,7 @@ class Generator:
         zeros = np.zeros(shape, np.float32)
         self.keys = [Tensor(zeros, device=device).realize() for _ in net.transformer["h"]]
         self.values = [Tensor(zeros, device=device).realize() for _ in net.transformer["h"]]
-        self._step = jit(self._decode)
+        self.decode = jit(self._decode)  # public: benchmarks time its replays
 
     def _decode(self, idx: Tensor, pos: Tensor) -> Tensor:
         """Logits (1, V) of token idx (1, 1) at position pos (1,) int64, given the caches; writes this
@@ -241,7 +241,7 @@ class Generator:
     def logits(self, token: int, pos: int) -> np.ndarray:
         idx = Tensor(np.array([[token]], np.int64), device=self.device)
         at = Tensor(np.array([pos], np.int64), device=self.device)
-        return self._step(idx, at).numpy()[0].astype(np.float64)
+        return self.decode(idx, at).numpy()[0].astype(np.float64)
 
     def stream(self, prompt: list[int], tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
                top_p: float | None = None, seed: int = 0, stop: int | None = None) -> Iterator[int]:  # fmt: skip
