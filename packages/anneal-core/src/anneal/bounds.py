@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from anneal_ir import Ops, UOp, dtypes
-from anneal_schedule.buffer import Buffer
+from anneal_schedule.buffer import Buffer, read_many
 
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
@@ -107,12 +107,24 @@ def read_again(checks: list[Check]) -> None:
 def raise_failed(device: str) -> None:
     """Read the device's computed checks; the first that found an index out of range raises IndexError
     (its state cleared, so a caller that handles the error can go on)."""
+    read_checked(device, [])
+
+
+def read_checked(device: str, buffers: list[Buffer]) -> list[np.ndarray]:
+    """The contents of buffers (of device), read in the same round trip as the device's computed checks; the
+    first check that found an index out of range raises IndexError (its state cleared, so a caller that
+    handles the error can go on)."""
     waiting = _unread.get(device, [])
-    for c in [c for c in waiting if c.scheduled]:
+    checks = [c for c in waiting if c.scheduled]
+    for c in checks:
         waiting.remove(c)
-        count, largest = (int(v) for v in c.state.numpy())
+    values = read_many([c.state for c in checks] + buffers)
+    for k, (c, state) in enumerate(zip(checks, values)):
+        count, largest = (int(v) for v in state)
         if count:
             c.state.copy_in(_CLEAR)
+            waiting.extend(checks[k + 1 :])  # not reported yet: the next read reads them again
             raise IndexError(f"{c.op}: index {largest} is out of range for size {c.size} ({count} "
                              f"{'index was' if count == 1 else 'indices were'} out of range; checked on the device, "
                              f"so raised at this read, the first after the op ran)")  # fmt: skip
+    return values[len(checks) :]

@@ -304,11 +304,11 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         self.realize()
-        bounds.raise_failed(self.device)  # a host read: where index checks made on the device report
         buf = as_buffer(self.uop)
         assert buf is not None
         shape = resolve_shape(self.shape, bound_values(self.uop))  # a symbolic view reads a prefix
-        return _from_storage(buf.numpy()[: math.prod(shape)], self.dtype).reshape(shape)
+        (flat,) = bounds.read_checked(self.device, [buf])  # a host read: where index checks made on the device report
+        return _from_storage(flat[: math.prod(shape)], self.dtype).reshape(shape)
 
     def item(self) -> Any:
         if self.numel() != 1:

@@ -62,3 +62,15 @@ class Buffer:
 
     def numpy(self) -> np.ndarray:
         return self.backend.copy_out(self.ensure(), self.size, self.dtype)
+
+
+def read_many(buffers: list[Buffer]) -> list[np.ndarray]:
+    """The contents of buffers of one device, in one round trip where the backend offers `copy_out_many` (a GPU
+    read waits for the queue once, not once per buffer)."""
+    if not buffers:
+        return []
+    backend = buffers[0].backend
+    many = getattr(backend, "copy_out_many", None)
+    if many is None or len(buffers) == 1:
+        return [b.numpy() for b in buffers]
+    return list(many([(b.ensure(), b.size, b.dtype) for b in buffers]))

@@ -153,6 +153,7 @@ class WebGPUBackend:
         )
         self.workgroup = min(64, self.limits.max_workgroup_invocations)
         self.encoder: Any = None
+        self.compute_pass: Any = None  # the encoder's open pass: dispatches share it until the next submit
         self.recorded = 0  # dispatches in the open encoder
         self._submitted = 0.0  # perf_counter() of the last submit
         self.bind_groups: dict[tuple, Any] = {}
@@ -247,10 +248,34 @@ class WebGPUBackend:
             self.device.queue.write_buffer(handle.buffer, 0, raw)
 
     def copy_out(self, handle: GPUBuffer, size: int, dtype: DType) -> np.ndarray:
+        return self.copy_out_many([(handle, size, dtype)])[0]
+
+    def copy_out_many(self, reads: list[tuple[GPUBuffer, int, DType]]) -> list[np.ndarray]:
+        """Several buffers in one round trip: copied into one mappable buffer behind the recorded dispatches,
+        one submit, one map (a read costs a wait for the queue; a step's value and its index checks share it)."""
+        offsets, total = [], 0
+        for handle, _, _ in reads:
+            offsets.append(total)
+            total += handle.buffer.size  # a multiple of 16: every copy stays 4-byte aligned
+        usage = self.wgpu.BufferUsage.COPY_DST | self.wgpu.BufferUsage.MAP_READ
+        staging = self.device.create_buffer(size=max(total, 16), usage=usage)
+        if self.encoder is None:
+            self.encoder = self.device.create_command_encoder()
+        self._end_pass()
+        for (handle, _, _), offset in zip(reads, offsets):
+            self.encoder.copy_buffer_to_buffer(handle.buffer, 0, staging, offset, handle.buffer.size)
         self.flush()
-        raw = self.device.queue.read_buffer(handle.buffer)
-        arr = np.frombuffer(raw, dtype=_STORAGE_NP[handle.storage])[:size]
-        return from_storage(arr, dtype)
+        staging.map_sync("READ")
+        try:
+            raw = staging.read_mapped(copy=True)
+        finally:
+            staging.unmap()
+            staging.destroy()
+        out = []
+        for (handle, size, dtype), offset in zip(reads, offsets):
+            arr = np.frombuffer(raw, dtype=_STORAGE_NP[handle.storage], offset=offset, count=size)
+            out.append(from_storage(arr, dtype))
+        return out
 
     # ---- programs ----
     def prepare(self, kernels: list[tuple[str, UOp]]) -> None:
@@ -392,24 +417,37 @@ class WebGPUBackend:
         if gy > max_x:
             raise WebGPUError(f"kernel {program.name}: {groups} workgroups exceed the dispatch limits")
         try:
-            if self.encoder is None:
-                self.encoder = self.device.create_command_encoder()
-            writes = self._timestamp_writes()
-            cpass = (
-                self.encoder.begin_compute_pass(timestamp_writes=writes)
-                if writes
-                else self.encoder.begin_compute_pass()
-            )
+            cpass = self._pass_for_dispatch()
             cpass.set_pipeline(program.pipeline)
             cpass.set_bind_group(0, self._bind_group(program, buffers, values))
             cpass.dispatch_workgroups(gx, gy, 1)
-            cpass.end()
+            if self._timing is not None:
+                self._end_pass()
             self.recorded += 1
         except Exception as exc:
-            self.encoder = None
+            self.encoder = self.compute_pass = None
             raise WebGPUError(f"kernel {program.name} failed to dispatch: {type(exc).__name__}: {exc}") from exc
         if self.recorded >= SUBMIT_EVERY:
             self.flush()
+
+    def _pass_for_dispatch(self) -> Any:
+        """The compute pass the next dispatch goes into. One pass holds every dispatch until the next submit
+        (WebGPU makes each dispatch's writes visible to the next one in the pass), which saves the host a pass
+        per kernel; when timing, each dispatch gets a pass of its own, whose timestamps time it alone."""
+        if self.encoder is None:
+            self.encoder = self.device.create_command_encoder()
+        writes = self._timestamp_writes()
+        if writes:
+            self._end_pass()
+            self.compute_pass = self.encoder.begin_compute_pass(timestamp_writes=writes)
+        elif self.compute_pass is None:
+            self.compute_pass = self.encoder.begin_compute_pass()
+        return self.compute_pass
+
+    def _end_pass(self) -> None:
+        if self.compute_pass is not None:
+            cpass, self.compute_pass = self.compute_pass, None
+            cpass.end()
 
     def flush_soon(self) -> None:
         """The end of a schedule: submit what was recorded, unless it is a few dispatches recorded within
@@ -425,6 +463,7 @@ class WebGPUBackend:
         """Submit what was recorded: the GPU starts on it while the host goes on (the Runner flushes after
         each schedule, and run() every SUBMIT_EVERY dispatches, so recording and running overlap)."""
         if self.encoder is not None:
+            self._end_pass()
             encoder, self.encoder, self.recorded = self.encoder, None, 0
             self._submitted = time.perf_counter()
             try:
