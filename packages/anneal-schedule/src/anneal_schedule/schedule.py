@@ -15,6 +15,7 @@ from typing import Any
 from anneal_ir import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, trace
 from anneal_ir.sint import record_bind, render_size, sint, variables
 from anneal_schedule.analysis import fusable_reductions
+from anneal_schedule.gather import fold_gathers
 from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
 from anneal_schedule.simplify import simplify_kernel
 from anneal_schedule.split import split_reductions
@@ -239,7 +240,7 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         assert builder.ast is not None
         name = f"k{len(kernels)}"
         with trace.working_on(name):
-            ast, slots = drop_unused_arguments(simplify_kernel(builder.ast), builder.slots)
+            ast, slots = drop_unused_arguments(fold_gathers(simplify_kernel(builder.ast)), builder.slots)
         kernels.append(Kernel(name, ast, slots, frozenset(builder.fused)))
 
     def realize(root: UOp) -> int:

@@ -371,13 +371,34 @@ class WGSLPrinter:
 
 
 def check_indices(name: str, ast: UOp) -> None:
-    """Index arithmetic is i32 in WGSL: prove every load's and store's index fits."""
+    """Index arithmetic is i32 in WGSL: prove every load's and store's index fits. Where an index reads data (a
+    gather's index, loaded or reduced in the kernel: an i32 already), only the index itself must be proved in
+    range (its clamp bounds it whatever the data); the arithmetic on ranges and sizes is checked node by node."""
     for n in ast.toposort():
         if n.op in (Ops.LOAD, Ops.STORE) and n.src[0].op is Ops.DEFINE_GLOBAL:
-            for i in n.src[1].toposort():
-                if not (I32_MIN <= i.vmin and i.vmax <= I32_MAX):
+            index = n.src[1]
+            for i, reads_data in _index_nodes(index).items():
+                if (i is index or not reads_data) and not (I32_MIN <= i.vmin and i.vmax <= I32_MAX):
                     raise RenderError(f"kernel {name}: index value range [{i.vmin}, {i.vmax}] of {i.op.name} does "
                                       "not fit in i32; split the tensor")  # fmt: skip
+
+
+def _index_nodes(index: UOp) -> dict[UOp, bool]:
+    """The nodes of an index down to the values it reads, loads and reductions, not into them (a nested load's own
+    index is checked as that load's), each with whether it depends on such a value."""
+    reached: set[UOp] = set()
+    todo = [index]
+    while todo:
+        u = todo.pop()
+        if u not in reached:
+            reached.add(u)
+            if u.op not in (Ops.LOAD, Ops.REDUCE):
+                todo.extend(u.src)
+    out: dict[UOp, bool] = {}
+    for u in index.toposort():  # sources before their users
+        if u in reached:
+            out[u] = u.op in (Ops.LOAD, Ops.REDUCE) or any(out.get(s, False) for s in u.src)
+    return out
 
 
 def vec_storage(f16: bool) -> Any:

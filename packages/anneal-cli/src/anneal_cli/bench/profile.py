@@ -42,14 +42,14 @@ def profile_replay(device: str, captured: Any, call: Callable[[], object]) -> Pr
     run = runner(device)
     backend = run.backend
     kernels = [k for c in captured.calls for k in c.schedule.kernels]
-    start = getattr(backend, "start_timing", None)
-    if start is None or not start():
+    start, stop = getattr(backend, "start_timing", None), getattr(backend, "stop_timing", None)
+    if start is None or stop is None or not start():
         return None
     t0 = time.perf_counter()
     call()
     backend.synchronize()
     wall = time.perf_counter() - t0
-    times = backend.stop_timing()
+    times = stop()
     if len(times) != len(kernels):
         return None
     rows = []
