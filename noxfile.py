@@ -167,7 +167,8 @@ def cpu_c(session: nox.Session) -> None:
     install_editable(session, PACKAGES, *TEST_TOOLS, TORCH)
     suites = ["tests/test_ops.py", "tests/test_grad.py", "tests/test_jvp.py", "tests/test_variables.py",
               "tests/test_math_ops.py", "tests/test_order.py", "tests/test_indexing.py", "tests/test_scatter_einsum.py",
-              "tests/test_edge_cases.py", "tests/test_bounds.py", "tests/test_conv_family.py", "tests/test_gathers.py"]  # fmt: skip
+              "tests/test_edge_cases.py", "tests/test_bounds.py", "tests/test_conv_family.py",
+              "tests/test_gathers.py"]  # fmt: skip
     with session.chdir(CORE):
         session.run(
             "pytest", "-n", "2", *suites, *session.posargs, env={"ANNEAL_DEVICE": "cpu", "ANNEAL_CPU_C_MIN": "0"}
