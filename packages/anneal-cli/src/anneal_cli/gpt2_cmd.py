@@ -10,6 +10,7 @@ import click
 
 from anneal.registry import AUTO, get_backend, resolve_device
 from anneal_cli.errors import CommandError
+from anneal_cli.params import FiniteFloat
 from anneal_cli.train import check_device
 
 
@@ -21,9 +22,9 @@ def gpt2() -> None:
 @gpt2.command("sample")
 @click.argument("prompt")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--temperature", type=FiniteFloat(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--top-k", type=click.IntRange(min=1), help="Sample among the k most likely tokens.")
-@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True),
+@click.option("--top-p", type=FiniteFloat(min=0, max=1, min_open=True),
               help="Sample among the most likely tokens whose probabilities reach p (nucleus sampling).")  # fmt: skip
 @click.option("--greedy", is_flag=True, help="Always the most likely token.")
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from anneal.registry import AUTO, get_backend, plugins, resolve_device
+from anneal_cli.params import FiniteFloat
 from anneal_cli.runs import atomic_write, read_run
 from anneal_cli.train import check_device, find_model, load_checkpoint
 
@@ -25,13 +26,13 @@ IMAGE_ONLY = ("out", "label", "steps", "cfg", "per_row")
               help="A run folder written by `anneal train --out`, or its checkpoint.safetensors.")  # fmt: skip
 @click.option("--prompt", help="Text the sample continues [default: a newline].")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Tokens to generate [default: 500].")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), help="[default: the run's]")
+@click.option("--temperature", type=FiniteFloat(min=0, min_open=True), help="[default: the run's]")
 @click.option("--top-k", type=click.IntRange(min=1), help="[default: the run's]")
 @click.option("--greedy", is_flag=True, default=None, help="Always the most likely token (top-k 1).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Image models: the PNG grid to write.")
 @click.option("--class", "label", type=int, help="Image models: sample this class only [default: every class].")
 @click.option("--steps", type=int, help="Image models: sampling steps [default: the run's].")
-@click.option("--cfg", type=float, help="Image models: classifier-free guidance weight [default: the run's].")
+@click.option("--cfg", type=FiniteFloat(), help="Image models: classifier-free guidance weight [default: the run's].")
 @click.option("--per-row", type=click.IntRange(min=1), default=8, show_default=True,
               help="Image models: samples per class (a row each).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)

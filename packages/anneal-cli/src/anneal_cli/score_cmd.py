@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from anneal.registry import AUTO, get_backend, resolve_device
+from anneal_cli.params import FiniteFloat
 from anneal_cli.runs import read_run
 from anneal_cli.train import check_device, find_model, load_checkpoint
 
@@ -17,7 +18,7 @@ from anneal_cli.train import check_device, find_model, load_checkpoint
 @click.option("--samples", type=click.IntRange(min=20), default=500, show_default=True,
               help="How many samples to draw and score.")  # fmt: skip
 @click.option("--steps", type=int, help="Sampling steps [default: the run's].")
-@click.option("--cfg", type=float, help="Classifier-free guidance weight [default: the run's].")
+@click.option("--cfg", type=FiniteFloat(), help="Classifier-free guidance weight [default: the run's].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default=AUTO, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="The scores as one JSON object.")

@@ -30,6 +30,7 @@ from anneal.registry import plugins as loaded_plugins
 from anneal_cli import distributed, loop
 from anneal_cli.data_cmds import check_mirror
 from anneal_cli.errors import CommandError, one_line
+from anneal_cli.params import FiniteFloat
 from anneal_cli.runs import (
     RANKS,
     SUMMARY,
@@ -48,17 +49,6 @@ DEFAULT_PRESET = "small"  # PRODUCT.md: small is the default, when a model defin
 FALLBACKS = {"steps": 100, "seed": 0}  # for models whose defaults leave them out
 SHOWN = ("preset", "steps", "batch", "lr", "seed")  # the settings the first line names
 INTERRUPTED = 130  # the shell's code for a process stopped by SIGINT (128 + 2)
-
-
-class FiniteFloat(click.FloatRange):
-    """A float option that refuses nan and inf (click's FloatRange lets nan through every bound, and inf past a
-    lower one): a usage error naming the option."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
 
 
 def find_model(name: str) -> ModelEntry:
