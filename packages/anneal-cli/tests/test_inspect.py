@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from anneal import Tensor
+from anneal.nn import functional as F
 from anneal_autodiff import vjp_rules
 from anneal_cli.main import AnnealGroup
 
@@ -59,24 +60,78 @@ def test_explain_prints_the_real_rules(cli: AnnealGroup, runner: CliRunner) -> N
 def test_explain_unknown_op_is_a_usage_error(cli: AnnealGroup, runner: CliRunner) -> None:
     result = runner.invoke(cli, ["explain", "frobnicate"])
     assert result.exit_code == 2
-    assert "known ops" in result.output and "exp2" in result.output
+    assert "'frobnicate' is neither a UOp op nor a Tensor method or anneal.nn.functional name" in result.stderr
+    assert "UOp ops: add, " in result.stderr and "exp2" in result.stderr and "did you mean" not in result.stderr
+    assert "did you mean softmax?" in runner.invoke(cli, ["explain", "sotfmax"]).stderr
 
 
-@pytest.mark.parametrize(("name", "build", "must"), [
-    ("softmax", lambda x, w: x.softmax(), {"EXP2", "REDUCE_AXIS", "RECIPROCAL"}),
-    ("matmul", lambda x, w: x @ w, {"MUL", "REDUCE_AXIS"}),
-    ("relu", lambda x, w: x.relu(), {"WHERE"}),
+def _tensor_level_names() -> list[str]:
+    from anneal.nn import functional
+
+    return [f"F.{n}" for n in dir(functional) if not n.startswith("_")] + [
+        f"Tensor.{n}" for n in dir(Tensor) if not n.startswith("_")
+    ]
+
+
+def test_explain_shows_every_tensor_level_name_or_says_why(cli: AnnealGroup, runner: CliRunner) -> None:
+    """Every name of anneal.nn.functional and Tensor, qualified and plain: its traced graph (exit 0), or a usage
+    error saying why it has none (exit 2); never a crash (exit 1)."""
+    from anneal.introspect import FUNCTIONAL_EXAMPLES, METHOD_EXAMPLES
+    from anneal.nn import functional
+
+    shown, refused, wrong = set(), {}, []
+    for name in _tensor_level_names():
+        for asked in (name, name.split(".", 1)[1]):
+            result = runner.invoke(cli, ["explain", asked])
+            if result.exit_code == 0 and result.stdout.startswith("== ") and " lowers to " in result.stdout:
+                shown.add(asked)
+            elif result.exit_code == 2 and f"{asked} has no graph to show: " in result.stderr:
+                refused[asked] = result.stderr.splitlines()[-1]
+            else:
+                wrong.append(f"{asked}: exit {result.exit_code}: {result.output[-300:]}")
+    assert wrong == []
+    # what the tables hold is shown: every functional in __all__, every Tensor method with an example
+    assert {f"F.{n}" for n in functional.__all__} <= {f"F.{n}" for n in FUNCTIONAL_EXAMPLES} <= shown
+    assert {f"Tensor.{n}" for n in METHOD_EXAMPLES} <= shown
+    # and only names that build no graph are refused
+    assert {"Tensor.item", "Tensor.backward", "Tensor.shape", "F.with_gradient", "F.Tensor"} <= set(refused)
+    assert (
+        "Tensor.shape has no graph to show: Tensor.shape is an attribute, not an operation" in refused["Tensor.shape"]
+    )
+    assert not {n for n in refused if n.startswith("Tensor.") and callable(getattr(Tensor, n[7:]))} - {
+        "Tensor.backward",
+        "Tensor.item",
+        "Tensor.tolist",
+        "Tensor.numpy",
+        "Tensor.size",
+        "Tensor.dim",
+        "Tensor.numel",
+    }
+
+
+@pytest.mark.parametrize(("name", "call", "legend", "build", "must"), [
+    ("softmax", "x.softmax()", "x: float32 (2, 3)", lambda x, w, t: x.softmax(), {"EXP2", "REDUCE_AXIS", "RECIPROCAL"}),
+    ("matmul", "x.matmul(w)", "x: float32 (2, 3); w: float32 (3, 4)", lambda x, w, t: x @ w, {"MUL", "REDUCE_AXIS"}),
+    ("relu", "x.relu()", "x: float32 (2, 3)", lambda x, w, t: x.relu(), {"WHERE"}),
+    ("conv2d", "F.conv2d(t(1, 2, 4, 4), t(3, 2, 3, 3))", "t(*shape): float32 of that shape",
+     lambda x, w, t: F.conv2d(t(1, 2, 4, 4), t(3, 2, 3, 3)), {"MUL", "REDUCE_AXIS"}),
+    ("F.relu", "F.relu(x)", "x: float32 (2, 3)", lambda x, w, t: F.relu(x), {"WHERE"}),
 ])  # fmt: skip
 def test_explain_a_tensor_level_name_shows_what_it_lowers_to(cli: AnnealGroup, runner: CliRunner, name: str,
-                                                             build: Any, must: set[str]) -> None:  # fmt: skip
+                                                             call: str, legend: str, build: Any,
+                                                             must: set[str]) -> None:  # fmt: skip
     from anneal.introspect import graph_rows, row_text
+
+    def t(*shape: int) -> Tensor:
+        n = int(np.prod(shape))
+        return Tensor((np.arange(n, dtype=np.float32) / n).reshape(shape))
 
     result = runner.invoke(cli, ["explain", name])
     assert result.exit_code == 0, result.output
     x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) / 6)
-    expected = [row_text(r) for r in graph_rows([build(x, Tensor(np.ones((3, 4), np.float32)))], [])]
+    expected = [row_text(r) for r in graph_rows([build(x, Tensor(np.ones((3, 4), np.float32)), t)], [])]
     lines = result.output.splitlines()
-    assert lines[0].endswith(f"lowers to {len(expected)} UOps (x, y: float32 (2, 3); w: (3, 4))")
+    assert lines[0] == f"== {call} lowers to {len(expected)} UOps ({legend})"
     assert lines[1 : 1 + len(expected)] == expected  # the same graph the Tensor call builds
     assert must <= {r.split()[1] for r in expected}
 

@@ -210,3 +210,15 @@ def test_the_studio_pages_run_no_inline_script(studio: str) -> None:
     assert re.findall(r"<script[^>]*>", page) == ['<script src="/static/train.js">']
     assert json.loads(json.dumps(page))  # the page is text, not a template left unfilled
     assert "{" not in re.sub(r"<pre.*?</pre>", "", page, flags=re.S)
+
+
+def test_the_explain_view_shows_what_a_tensor_level_name_lowers_to(studio: str, cli: AnnealGroup,
+                                                                   runner: CliRunner) -> None:  # fmt: skip
+    import html
+
+    with urllib.request.urlopen(studio + "/explain?op=F.conv2d", timeout=20) as response:
+        page = html.unescape(response.read().decode())
+    printed = runner.invoke(cli, ["explain", "F.conv2d"]).output.splitlines()
+    rows = [line for line in printed[1:] if line.startswith("%")]
+    assert printed[0].removeprefix("== ") in page and len(rows) > 10 and all(row in page for row in rows)
+    assert _status(studio + "/explain?op=item") == 400  # a name without a graph: refused, saying why

@@ -92,16 +92,18 @@ def kernels(model: str, backward: bool, device: str, preset: str | None, no_sour
 def explain(op: str) -> None:
     """What OP means to the compiler. A UOp op (exp2, mul, reduce_axis, ...): its rewrite, gradient and tangent
     rules, printed from the real rule tables. A Tensor method or anneal.nn.functional name (matmul, softmax,
-    relu, layer_norm, ...): the UOp graph it lowers to, traced on a small example."""
+    conv2d, embedding, ...; F.NAME or Tensor.NAME picks one where both exist): the UOp graph it lowers to, traced
+    on a small example call."""
     from anneal.introspect import explain as explain_op
     from anneal.introspect import row_text
 
     try:
         found = explain_op(op)
-    except KeyError as exc:
+    except KeyError as exc:  # not a name it knows, or one that builds no graph: it says why
         raise click.UsageError(str(exc.args[0])) from None
     if found.example:
-        click.echo(f"== {found.example} lowers to {len(found.lowering)} UOps (x, y: float32 (2, 3); w: (3, 4))")
+        inputs = f" ({found.inputs})" if found.inputs else ""
+        click.echo(f"== {found.example} lowers to {len(found.lowering)} UOps{inputs}")
         for r in found.lowering:
             click.echo(row_text(r))
         click.echo(f"its ops: {', '.join(found.primitives)} (anneal explain OP shows an op's rules)")

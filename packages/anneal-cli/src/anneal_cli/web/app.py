@@ -134,6 +134,11 @@ def studio_app(guard: Guard, step_document: Callable[[str, str | None], dict[str
                 found = explain_op(op)
             except KeyError as exc:
                 raise Refused(400, str(exc.args[0])) from None
+            if found.example:  # a Tensor-level name: the graph its example call builds, as `anneal explain` prints it
+                from anneal.introspect import row_text
+
+                head = f"{found.example} lowers to {len(found.lowering)} UOps ({found.inputs})"
+                body += f"<h2>{e(head)}</h2>" + pre("\n".join(row_text(r) for r in found.lowering), "lowering")
             example = gradient_example(op)
             if example is not None:
                 before, after = example
