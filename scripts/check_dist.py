@@ -1,7 +1,8 @@
 """Check built distributions before anyone installs them: `python scripts/check_dist.py DIST`.
 
 Each of the eight distributions has a wheel and an sdist of the one release, each carries the repository's
-LICENSE, the wheels leave the test helpers out, and internal requirements pin that same release (==).
+LICENSE, the wheels leave the test helpers out, internal requirements pin that same release (==), and each
+wheel's metadata names the project's URLs (Homepage, Source, Documentation, Issues).
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_HELPERS = ("anneal/data/testing.py", "anneal_wgpu/testing.py")
+URL_LABELS = ("Homepage", "Source", "Documentation", "Issues")
+
+
+def url_problems(wheel: Path) -> list[str]:
+    """What the wheel's metadata lacks of the project URLs (Project-URL: LABEL, https://...)."""
+    with zipfile.ZipFile(wheel) as zf:
+        (meta_name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = email.parser.Parser().parsestr(zf.read(meta_name).decode())
+    labels = {entry.split(",", 1)[0].strip() for entry in meta.get_all("Project-URL") or []
+              if entry.split(",", 1)[-1].strip().startswith("https://")}  # fmt: skip
+    return [f"{wheel.name}: no Project-URL {label}" for label in URL_LABELS if label not in labels]
 
 
 def expected() -> dict[str, str]:
@@ -50,6 +62,7 @@ def problems(dist: Path) -> list[str]:
                 dep = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
                 if dep in versions and f"=={versions[dep]}" not in requirement.replace(" ", ""):
                     found.append(f"{wheel.name}: requires {requirement!r}, not =={versions[dep]}")
+        found += url_problems(wheel)
         with tarfile.open(sdist) as tf:
             member = tf.getmember(f"{stem}/LICENSE") if f"{stem}/LICENSE" in tf.getnames() else None
             handle = tf.extractfile(member) if member is not None and member.isfile() else None

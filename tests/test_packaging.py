@@ -16,6 +16,7 @@ FOLDERS = sorted(p.parent for p in (ROOT / "packages").glob("*/pyproject.toml"))
 PROJECTS = {folder: tomllib.loads((folder / "pyproject.toml").read_text()) for folder in FOLDERS}
 NAMES = {data["project"]["name"]: folder for folder, data in PROJECTS.items()}
 HELD_ON_THE_INDEX = {"anneal"}  # an unrelated project; its `anneal/` package and script collide with ours
+REPOSITORY = "https://github.com/anneal-project/anneal"  # the project's own (docs/ARCHITECTURE.md, Install and run)
 
 
 def wheel_module(folder: Path) -> str:
@@ -51,6 +52,18 @@ def test_each_ships_the_license_and_says_which(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_each_links_the_projects_own_repository(folder: Path) -> None:
+    urls = PROJECTS[folder]["project"]["urls"]
+    assert urls == {
+        "Homepage": REPOSITORY,
+        "Source": f"{REPOSITORY}/tree/main/packages/{folder.name}",
+        "Documentation": f"{REPOSITORY}/tree/main/docs",
+        "Issues": f"{REPOSITORY}/issues",
+    }
+    assert (ROOT / "packages" / folder.name).is_dir() and (ROOT / "docs").is_dir()  # what the links point into
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_each_is_a_regular_typed_package(folder: Path) -> None:
     module = folder / "src" / wheel_module(folder)
     assert (module / "__init__.py").is_file() and (module / "py.typed").is_file()
@@ -66,3 +79,9 @@ def test_the_runtime_wheels_leave_the_test_helpers_out(name: str, helper: str, t
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert helper not in names and f"{helper.rsplit('/', 1)[0]}/__init__.py" in names
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from check_dist import url_problems
+    finally:
+        sys.path.pop(0)
+    assert url_problems(wheel) == []  # the project URLs reach the wheel's metadata
