@@ -349,6 +349,10 @@ def _layernorm_linear(t: dict, lib: str) -> object:
     return f.layer_norm(t["x"], (t["x"].shape[-1],), t["g"], t["b"]) @ t["w"]
 
 
+def _tied_head(t: dict, lib: str) -> object:
+    return t["x"] @ t["w"].T  # GPT-2's logits: the token embedding read as the output layer, 50257 ragged columns
+
+
 def _sdpa(t: dict, lib: str) -> object:
     import torch.nn.functional as TF
 
@@ -379,6 +383,8 @@ def model_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
         ("layernorm+linear fwd+bwd", _layernorm_linear, {"x": (rows, 384), "g": (384,), "b": (384,), "w": (384, 1152)},
          3 * 2 * rows * 384 * 1152),
         ("causal SDPA fwd+bwd", _sdpa, qkv, 2.5 * 2 * 2 * 64 * 6 * 256 * 256 * 64),
+        ("GPT-2 tied head fwd+bwd", _tied_head, {"x": (rows // 4, 768), "w": (50257, 768)},
+         3 * 2 * (rows // 4) * 768 * 50257),
     ]  # fmt: skip
     return [fwd_bwd(name, fn, shapes, work, do_sweep=do_sweep) for name, fn, shapes, work in cases]
 

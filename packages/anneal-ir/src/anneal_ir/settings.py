@@ -44,6 +44,7 @@ class Settings:
     cpu_cc: str | None = None  # ANNEAL_CPU_CC: the C compiler of the cpu backend; "numpy" renders numpy only
     cpu_threads: int = 0  # ANNEAL_CPU_THREADS: the cpu pool (C stages, BLAS); 0 = the cores this process may use
     cpu_c_min: int = 4096  # ANNEAL_CPU_C_MIN: kernels of fewer loop iterations stay numpy (compiling would not pay)
+    wgpu_checks: bool = False  # ANNEAL_WGPU_CHECKS=1: every WGSL kernel keeps naga's bounds checks (debugging)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -63,6 +64,7 @@ class Settings:
             cpu_cc=env.get("ANNEAL_CPU_CC") or None,
             cpu_threads=_int(env, "ANNEAL_CPU_THREADS"),
             cpu_c_min=_int(env, "ANNEAL_CPU_C_MIN") if env.get("ANNEAL_CPU_C_MIN") else 4096,
+            wgpu_checks=env.get("ANNEAL_WGPU_CHECKS", "") not in ("", "0"),
         )
 
     def cache_root(self) -> tuple[Path, str]:

@@ -1002,6 +1002,20 @@ def uop_given_valid(valid: UOp, u: UOp) -> UOp:
     return _simplify_given(u, cons)
 
 
+def bounds_given_valid(valid: UOp, u: UOp) -> tuple[Any, Any]:
+    """(vmin, vmax) of u where valid holds: the bounds of u with each expression the gate bounds replaced by a
+    variable of the tighter bounds. A gate that never holds gives (0, 0): nothing is accessed under it."""
+    parsed = [p for p in (_parse_clause(c) for c in _flatten(valid, Ops.AND)) if p is not None]
+    cons = _constraints(parsed)
+    if cons is None:
+        return 0, 0
+    faked = _with_fakes(u, cons) if parsed else None
+    if faked is None:
+        return u.vmin, u.vmax
+    sub = simplify(faked[0])
+    return sub.vmin, sub.vmax
+
+
 def _fold_and(x: UOp) -> UOp | None:
     """Flat, deduplicated, sorted AND-chain of bools, clauses implied by others dropped."""
     clauses = [c for c in _flatten(x, Ops.AND) if not (c.op is Ops.CONST and c.arg is True)]

@@ -169,7 +169,8 @@ def tile_opts(c: Contraction, limits: Limits, tm: int, tn: int, tk: int, rm: int
     words of a tile, unless the first operand is contiguous along its rows (a transposed X^T): then each
     invocation owns RM consecutive rows, read four at a time. The k step is a loop of four unrolled values."""
     m, n, k = c.m[-1], c.n[-1], c.k[-1]
-    lanes = vec and vectorizable(n) and rn % 4 == 0
+    # columns as vec4 lanes: a ragged extent (GPT-2's 50257 tokens) too, its last quad guarded lane by lane
+    lanes = vec and rn % 4 == 0 and (vectorizable(n) or (const_extent(n) or 0) >= tn)
     threads = (tm // rm) * (tn // rn)
     shared = (tm + tn) * tk * 4
     if threads > max_local(limits) or shared > limits.max_shared_memory or threads < 1:
@@ -284,7 +285,7 @@ def _choose(ast: UOp, limits: Limits) -> tuple[str, str, tuple[Opt, ...]]:
     outputs = math.prod(extent(r) for r in globals_) if globals_ else 1
     reduces = [n for n in deps if n.op is Ops.REDUCE]
     local = min(256, max_local(limits))
-    if reduces and limits.max_shared_memory >= local * 4 * len(reduces):
+    if reduces and limits.max_shared_memory >= local * 4 * len({r.dtype for r in reduces}):  # trees share arrays
         longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
         if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
             why = f"{outputs} outputs of {longest}-long reductions: one workgroup each"

@@ -209,6 +209,7 @@ class Lowerer:
     affines: dict[UOp, Affine | None] = field(default_factory=dict)
     vec_buffers: set[int] = field(default_factory=set)
     shared: list[SharedDecl] = field(default_factory=list)
+    group_arrays: dict[tuple[DType, int], str] = field(default_factory=dict)  # a grouped tree's array, shared
     fills: dict[UOp, Fill] = field(default_factory=dict)
     filled: set[tuple[UOp, int]] = field(default_factory=set)
     quads: dict[tuple[UOp, UOp], str] = field(default_factory=dict)
@@ -560,8 +561,12 @@ class Lowerer:
                 if size != self.workgroup:
                     raise LowerError(f"kernel {self.name}: a reduction grouped over {size} invocations in a "
                                      f"workgroup of {self.workgroup}")  # fmt: skip
-                partial = self.fresh("partial")
-                self.shared.append(SharedDecl(partial, s.dtype, size, False))
+                # one array per dtype and size for every tree: a tree ends with a barrier after its result is read,
+                # so the next one may reuse it (150 gradient norms in one kernel would not fit 150 arrays)
+                partial = self.group_arrays.get((s.dtype, size))
+                if partial is None:
+                    partial = self.group_arrays[(s.dtype, size)] = self.fresh("partial")
+                    self.shared.append(SharedDecl(partial, s.dtype, size, False))
                 red = self.fresh("red")
                 self.emit(b, Instr("group", red, self.acc_dtype(s), 1, (result,), (partial, size, s.arg)))
                 result = red

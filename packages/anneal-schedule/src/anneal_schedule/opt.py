@@ -162,8 +162,8 @@ def split_range(ast: UOp, r: UOp, amount: int, outer_kind: str, new_kind: str, o
     end = const_extent(r)
     if amount < 2:
         raise OptError(f"{opt!r}: an amount of at least 2 is needed")
-    if opt.op is OptOps.VECTOR and (end is None or end % 4):
-        raise OptError(f"{opt!r}: vec4 lanes need a constant extent that is a multiple of 4, got {r.src[0]}")
+    if opt.op is OptOps.VECTOR and end is None:
+        raise OptError(f"{opt!r}: vec4 lanes need a constant extent, got {r.src[0]}")
     if end is None and opt.op not in (OptOps.LOCAL, OptOps.GROUP):
         raise OptError(f"{opt!r}: range {r.arg[0]} has a symbolic extent (only LOCAL and GROUP split one)")
     if end is not None and amount > end and opt.op not in (OptOps.LOCAL, OptOps.GROUP):

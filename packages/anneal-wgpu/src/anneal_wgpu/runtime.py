@@ -37,6 +37,7 @@ from anneal_wgpu.adapters import select_adapter
 from anneal_wgpu.beam import BeamCache, reads_own_output, search
 from anneal_wgpu.kernel_cache import KernelCache
 from anneal_wgpu.loader import load_wgpu
+from anneal_wgpu.reach import fits, reach
 from anneal_wgpu.render import Kernel, render_wgsl, storage_type
 from anneal_wgpu.render_pool import RenderPool
 
@@ -66,6 +67,11 @@ class GPUBuffer:
     storage: str  # the WGSL element type it is stored as
     uid: int = field(default_factory=lambda: next(_buffer_ids))  # never reused, unlike id()
 
+    @property
+    def capacity(self) -> int:
+        """Elements its memory holds (a pooled buffer may be longer than size)."""
+        return int(self.buffer.size) // np.dtype(_STORAGE_NP[self.storage]).itemsize
+
 
 @dataclass
 class WebGPUProgram:
@@ -77,6 +83,10 @@ class WebGPUProgram:
     ast: UOp
     tuned: bool = True  # False: ANNEAL_BEAM searches its opts on the first run
     uid: int = field(default_factory=lambda: next(_program_ids))  # per pipeline; bind groups are cached by it
+    # the largest element each argument is read or written at, proved (anneal_wgpu.reach): pipeline has no bounds
+    # checks, and binds buffers that hold them; None: pipeline keeps the checks
+    reach: dict[int, int] | None = None
+    checked: tuple[Any, Any] | None = None  # (pipeline, layout) with checks, for buffers shorter than reach
 
     @property
     def opts(self) -> str:
@@ -119,11 +129,13 @@ class WebGPUBackend:
 
         settings = settings or Settings.from_env()
         self.beam = settings.beam
+        self.bounds_checks = settings.wgpu_checks  # ANNEAL_WGPU_CHECKS=1: every kernel keeps them (debugging)
         cache_root = Path(settings.cache_dir or Path.home() / ".cache" / "anneal")
         self.beam_cache = BeamCache(cache_root / "beam.json") if self.beam > 0 else None
         self.kernel_cache = KernelCache(cache_root / "wgsl")
         self.render_pool: RenderPool | None = None  # worker processes, started by the first prepare()
-        self.ready_pipelines: dict[str, Any] = {}  # WGSL source -> pipeline, created ahead by prepare()
+        self.ready_pipelines: dict[tuple[str, bool], Any] = {}  # (WGSL, trusted) -> pipeline, made by prepare()
+        self.reaches: dict[bytes, dict[int, int] | None] = {}  # kernel key -> its proved reach (anneal_wgpu.reach)
         self.planned: dict[bytes, tuple[UOp, tuple[Opt, ...]]] = {}  # kernel key -> contraction form, heuristic opts
         self.wgpu = wgpu
         adapter = select_adapter()
@@ -293,28 +305,58 @@ class WebGPUBackend:
                 if kernel is not None:
                     self.kernel_cache.put(ast, opts, self.f16, kernel)
                     found[ast] = kernel
-        self.create_pipelines([k.source for k in found.values() if k is not None])
+        self.create_pipelines([(k.source, self.trusted(ast)) for ast, k in found.items() if k is not None])
 
-    def create_pipelines(self, sources: list[str]) -> None:
-        """Pipelines for these kernels, created by a few threads at once: the driver's shader compiler is most
-        of a first step's time, and wgpu-native releases the GIL while it runs. A kernel that fails is left to
-        build(), which creates it again alone and reports the error with its name."""
+    def create_pipelines(self, sources: list[tuple[str, bool]]) -> None:
+        """Pipelines for these kernels (WGSL, without bounds checks), created by a few threads at once: the
+        driver's shader compiler is most of a first step's time, and wgpu-native releases the GIL while it runs. A
+        kernel that fails is left to build(), which creates it again alone and reports the error with its name."""
         todo = [s for s in dict.fromkeys(sources) if s not in self.ready_pipelines]
         if len(todo) < 2:
             return
 
-        def create(source: str) -> Any:
+        def create(item: tuple[str, bool]) -> Any:
             try:
-                module = self.device.create_shader_module(code=source)
-                return self.device.create_compute_pipeline(layout="auto", compute={"module": module,
-                                                                                   "entry_point": "main"})  # fmt: skip
+                return self._pipeline(*item)
             except Exception:
                 return None
 
         with ThreadPoolExecutor(min(len(todo), MAX_PIPELINE_THREADS)) as pool:
-            for source, pipeline in zip(todo, pool.map(create, todo)):
+            for item, pipeline in zip(todo, pool.map(create, todo)):
                 if pipeline is not None:
-                    self.ready_pipelines[source] = pipeline
+                    self.ready_pipelines[item] = pipeline
+
+    def trusted(self, ast: UOp) -> bool:
+        """May this kernel's pipeline leave out the bounds checks (its reach proved)?"""
+        return not self.bounds_checks and self._reach(ast) is not None
+
+    def _reach(self, ast: UOp) -> dict[int, int] | None:
+        if ast.key not in self.reaches:
+            self.reaches[ast.key] = reach(ast)
+        return self.reaches[ast.key]
+
+    def _pipeline(self, source: str, trusted: bool) -> Any:
+        return self.device.create_compute_pipeline(
+            layout="auto", compute={"module": self._shader_module(source, trusted), "entry_point": "main"}
+        )
+
+    def _shader_module(self, source: str, trusted: bool) -> Any:
+        """The WGSL as a shader module, with naga's bounds checks unless trusted (wgpu-native's trusted modules;
+        loops keep their forced bound either way)."""
+        if not trusted:
+            return self.device.create_shader_module(code=source)
+        from wgpu.backends.wgpu_native._api import GPUShaderModule, ffi, lib, new_struct_p, to_c_string_view
+
+        wgsl = new_struct_p("WGPUShaderSourceWGSL *", code=to_c_string_view(source))
+        wgsl[0].chain.next = ffi.NULL
+        wgsl[0].chain.sType = lib.WGPUSType_ShaderSourceWGSL
+        desc = new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=ffi.cast("WGPUChainedStruct *", wgsl),
+                            label=to_c_string_view(""))  # fmt: skip
+        checks = lib.WGPUShaderRuntimeChecks_ForceLoopBounding
+        handle = lib.wgpuDeviceCreateShaderModuleTrusted(self.device._internal, desc, checks)
+        if handle == ffi.NULL:
+            raise WebGPUError("creating a shader module failed")
+        return GPUShaderModule("", handle, self.device)
 
     def plan(self, ast: UOp) -> tuple[UOp, tuple[Opt, ...], bool]:
         """The kernel in contraction form (one contraction where the graph wrote nested or gated sums; half sums
@@ -342,16 +384,15 @@ class WebGPUBackend:
             self.kernel_cache.put(ast, opts, self.f16, kernel)
         elif kernel.name != name:  # the same kernel under another name: the source names it in a comment only
             kernel = dataclasses.replace(kernel, name=name)
-        pipeline = self.ready_pipelines.pop(kernel.source, None)
+        trusted = self.trusted(ast)
+        pipeline = self.ready_pipelines.pop((kernel.source, trusted), None)
         try:
             if pipeline is None:
-                module = self.device.create_shader_module(code=kernel.source)
-                pipeline = self.device.create_compute_pipeline(
-                    layout="auto", compute={"module": module, "entry_point": "main"}
-                )
+                pipeline = self._pipeline(kernel.source, trusted)
         except Exception as exc:  # wgpu raises its own validation errors: name the kernel
             raise WebGPUError(f"kernel {name} failed to compile: {type(exc).__name__}: {exc}\n{kernel.source}") from exc
-        return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0), ast)
+        return WebGPUProgram(name, kernel.source, kernel, pipeline, pipeline.get_bind_group_layout(0), ast,
+                             reach=self._reach(ast) if trusted else None)  # fmt: skip
 
     def _beam_key(self, ast: UOp) -> str:
         return f"{self.adapter.info['device']}|{ast.key.hex()}"
@@ -367,6 +408,7 @@ class WebGPUBackend:
         winner = self.build(program.name, program.ast, best)
         program.source, program.kernel, program.pipeline = winner.source, winner.kernel, winner.pipeline
         program.layout, program.uid = winner.layout, winner.uid
+        program.reach, program.checked = winner.reach, winner.checked
         program.tuned = True
         self.beam_cache.put(self._beam_key(program.ast), best)
 
@@ -384,9 +426,19 @@ class WebGPUBackend:
         return buf
 
     def _bind_group(self, prog: WebGPUProgram, buffers: list[GPUBuffer], values: tuple[int, ...] = ()) -> Any:
+        """(pipeline, bind group) for these buffers: the unchecked pipeline where they hold what the kernel
+        reaches, else one with bounds checks."""
         key = (prog.uid, *(b.uid for b in buffers), values)  # uids, never reused (unlike id())
-        bg = self.bind_groups.get(key)
-        if bg is None:
+        found = self.bind_groups.pop(key, None)
+        if found is not None:
+            self.bind_groups[key] = found  # the most recent last: the cache drops the least recently used
+        else:
+            pipeline, layout = prog.pipeline, prog.layout
+            if prog.reach is not None and not fits(prog.reach, {i: b.capacity for i, b in enumerate(buffers)}):
+                if prog.checked is None:
+                    checked = self._pipeline(prog.source, trusted=False)
+                    prog.checked = (checked, checked.get_bind_group_layout(0))
+                pipeline, layout = prog.checked
             entries = [{"binding": arg, "resource": {"buffer": buffers[arg].buffer, "offset": 0,
                                                      "size": buffers[arg].buffer.size}}
                        for arg, _, _ in prog.kernel.bindings]  # fmt: skip
@@ -394,11 +446,11 @@ class WebGPUBackend:
                 vb = self._var_buffer(values)
                 entries.append({"binding": len(prog.kernel.bindings),
                                 "resource": {"buffer": vb, "offset": 0, "size": vb.size}})  # fmt: skip
-            bg = self.device.create_bind_group(layout=prog.layout, entries=entries)
+            found = pipeline, self.device.create_bind_group(layout=layout, entries=entries)
             if len(self.bind_groups) > 512:  # a bind group keeps its buffers alive: bound the cache
                 self.bind_groups.pop(next(iter(self.bind_groups)))
-            self.bind_groups[key] = bg
-        return bg
+            self.bind_groups[key] = found
+        return found
 
     def run(self, program: WebGPUProgram, buffers: list[GPUBuffer], var_values: dict[str, int]) -> None:
         if not program.tuned:
@@ -417,9 +469,10 @@ class WebGPUBackend:
         if gy > max_x:
             raise WebGPUError(f"kernel {program.name}: {groups} workgroups exceed the dispatch limits")
         try:
+            pipeline, bind_group = self._bind_group(program, buffers, values)
             cpass = self._pass_for_dispatch()
-            cpass.set_pipeline(program.pipeline)
-            cpass.set_bind_group(0, self._bind_group(program, buffers, values))
+            cpass.set_pipeline(pipeline)
+            cpass.set_bind_group(0, bind_group)
             cpass.dispatch_workgroups(gx, gy, 1)
             if self._timing is not None:
                 self._end_pass()
