@@ -67,6 +67,22 @@ def test_a_split_keeps_the_id_on_the_outer_part() -> None:
     assert 1 not in ranges(again) and ranges(again)[3].arg[1] == "upcast"  # the outer part is used up
 
 
+def test_vec4_lanes_over_a_ragged_range_are_guarded() -> None:
+    ast = kernel(buf(6, 5) * 2.0)  # 5 columns: the second quad has one lane
+    out = apply_opts(ast, [Opt(OptOps.VECTOR, 1)])
+    lanes = [r for r in ranges(out).values() if r.arg[1] == "vector"]
+    assert len(lanes) == 1 and int(lanes[0].src[0].arg) == 4
+    assert len(out.src[0].src) == 4  # the store is guarded past the 5th column
+
+
+def test_a_guarded_product_guards_each_factor() -> None:
+    # a k that is not a multiple of the unroll: the zeros go into the factors (the staged tiles), not the product
+    ast = kernel(matmul(buf(8, 10), buf(10, 8)))
+    out = apply_opts(ast, [Opt(OptOps.UNROLL, 2, 4)])
+    (red,) = [n for n in out.toposort() if n.op is Ops.REDUCE]
+    assert red.src[0].op is Ops.MUL and all(f.op is Ops.WHERE for f in red.src[0].src)
+
+
 def test_a_split_that_does_not_divide_guards_loads_and_the_store() -> None:
     ast = kernel(buf(10) + 1.0)
     out = apply_opts(ast, [Opt(OptOps.LOCAL, 0, 4)])
@@ -80,8 +96,6 @@ def test_opts_refuse_what_does_not_apply() -> None:
     ast = kernel(buf(6, 5) * 2.0)
     with pytest.raises(OptError, match="no range 7"):
         apply_opts(ast, [Opt(OptOps.LOCAL, 7, 4)])
-    with pytest.raises(OptError, match="multiple of 4"):
-        apply_opts(ast, [Opt(OptOps.VECTOR, 1)])
     with pytest.raises(OptError, match="splits reduce ranges"):
         apply_opts(ast, [Opt(OptOps.UNROLL, 0, 2)])
     with pytest.raises(OptError, match="no single contraction"):

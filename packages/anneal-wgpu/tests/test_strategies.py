@@ -320,3 +320,19 @@ def test_many_reductions_of_one_scalar_share_a_workgroups_trees(runner: Runner) 
     assert render_wgsl("k0", kern.ast, opts=opts).source.count("var<workgroup>") == 1
     check_every_candidate(runner, total, np.array([sum(float((p.astype(np.float64) ** 2).sum()) for p in parts)],
                                                   np.float32), rtol=1e-5, atol=1e-3)  # fmt: skip
+
+
+def test_a_ragged_k_guards_the_staged_tiles_not_the_multiply_adds(runner: Runner) -> None:
+    # k = 1001 (GPT-2's 50257 tokens are ragged the same way): the last k step runs past the end. Its zeros are
+    # staged into the tiles, so the inner loop stays one fma per product, not a select and an add
+    import re
+
+    a = rng.integers(-3, 4, (64, 1001)).astype(np.float32)  # small integers: every order of the sums is exact
+    b = rng.integers(-3, 4, (1001, 64)).astype(np.float32)
+    mm = matmul(tensor(runner, a), tensor(runner, b))
+    check_every_candidate(runner, mm, a @ b, limit=2)
+    (kern,) = runner.scheduler.schedule([mm])[0].kernels
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    source = render_wgsl("k0", kern.ast, opts=opts).source
+    assert kind_of(opts) == "tile" and "fma(" in source
+    assert not re.search(r"acc\d+ = \(acc\d+ \+", source)

@@ -315,12 +315,13 @@ class Lowerer:
         w = self.width(u)
         slot = buf.arg
         index, valid = u.src[1], (u.src[2] if len(u.src) == 3 else None)
-        if w == 4 and valid is None and slot in self.vec_buffers:
+        if w == 4 and self.lane_uniform(valid) and slot in self.vec_buffers:
             along = aligned_along(index, self.lane_ranges, self.affines, self.deps)
             if along is not None:
                 q = quad_index(index, along, self.affines)
                 self.note(q)
-                return self.let(b, u, "load", (self.ref(q, b),), ("global", slot, "quad"))
+                gate = (self.ref(valid, b),) if valid is not None else ()
+                return self.let(b, u, "load", (self.ref(q, b), *gate), ("global", slot, "quad"))
         srcs = (self.ref(index, b),) + ((self.ref(valid, b),) if valid is not None else ())
         return self.let(b, u, "load", srcs, ("global", slot, "gather" if w == 4 else "elem"))
 
@@ -692,6 +693,11 @@ class Lowerer:
         self.emit(block, Instr("store", "", value.dtype, w, (self.ref(index, block), v, *tail),
                                ("global", buf.arg, mode)))  # fmt: skip
 
+    def lane_uniform(self, valid: UOp | None) -> bool:
+        """Is a gate the same for the four lanes of a vec4 (none, or one that does not vary with a lane range)? Such
+        a gated read is one vec4 load (of quad 0 where the gate fails)."""
+        return valid is None or self.deps[valid].isdisjoint(self.lane_ranges)
+
     # ---- planning ----
     def plan_vec_buffers(self, nodes: list[UOp]) -> set[int]:
         """Buffers some width-4 access reads or writes as aligned vec4s (the rest of their accesses pick
@@ -702,7 +708,8 @@ class Lowerer:
         out: set[int] = set()
         for n in _outside_tiles(self.ast):
             if n.op in (Ops.LOAD, Ops.STORE) and n.src[0].op is Ops.DEFINE_GLOBAL:
-                gated = (n.op is Ops.LOAD and len(n.src) == 3) or (n.op is Ops.STORE and len(n.src) == 4)
+                gated = (n.op is Ops.LOAD and not self.lane_uniform_in(n, lanes)) or (n.op is Ops.STORE and
+                                                                                      len(n.src) == 4)  # fmt: skip
                 if not gated and self.vec_storage(n.src[0].dtype) and aligned_along(n.src[1], lanes, self.affines):
                     out.add(n.src[0].arg)
         for n in nodes:  # reads inside a fill that is four lanes along its innermost tile range
@@ -710,7 +717,7 @@ class Lowerer:
                 lane = self.fill_lane(n)
                 if lane is not None:
                     for x in n.src[0].toposort():
-                        if x.op is Ops.LOAD and x.src[0].op is Ops.DEFINE_GLOBAL and len(x.src) == 2:
+                        if x.op is Ops.LOAD and x.src[0].op is Ops.DEFINE_GLOBAL and self.lane_uniform_in(x, {lane}):
                             if self.vec_storage(x.dtype) and aligned_along(x.src[1], {lane}, self.affines):
                                 out.add(x.src[0].arg)
         return out
@@ -728,10 +735,14 @@ class Lowerer:
         if int(last.src[0].arg) % 4:
             return None
         loads = [x for x in tile.src[0].toposort() if x.op is Ops.LOAD and x.src[0].op is Ops.DEFINE_GLOBAL]
-        if not loads or any(len(x.src) == 3 or aligned_along(x.src[1], {last}, self.affines) is None for x in loads
-                            if last in self.deps[x]):  # fmt: skip
+        if not loads or any(not self.lane_uniform_in(x, {last}) or aligned_along(x.src[1], {last}, self.affines) is None
+                            for x in loads if last in self.deps[x]):  # fmt: skip
             return None
         return last
+
+    def lane_uniform_in(self, load: UOp, lanes: set[UOp]) -> bool:
+        """Is a load ungated, or gated alike for every lane of these lane ranges?"""
+        return len(load.src) == 2 or self.deps[load.src[2]].isdisjoint(lanes)
 
     def plan_fill(self, tile: UOp) -> None:
         """The fill's own ranges: a fresh one per tile range, the lane range as quads times four plus lanes."""

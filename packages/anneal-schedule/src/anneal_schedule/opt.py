@@ -128,7 +128,7 @@ def _gate(ast: UOp, old: UOp, parts: tuple[UOp, ...], expr: UOp, guard: UOp | No
             ranges: list[UOp] = []
             for s in n.src[1:]:
                 ranges.extend(parts if s is old else (done.get(s, s),))
-            value = src[0] if guard is None else UOp(Ops.WHERE, n.dtype, (guard, src[0], identity(n)))
+            value = src[0] if guard is None else _guarded_term(n, src[0], guard)
             done[n] = n.replace(src=(value, *ranges))
             continue
         if guard is not None and old in deps[n] and n.op in (Ops.LOAD, Ops.STORE):
@@ -137,6 +137,16 @@ def _gate(ast: UOp, old: UOp, parts: tuple[UOp, ...], expr: UOp, guard: UOp | No
             src = (*src[:2], gate) if n.op is Ops.LOAD else (*src[:3], gate)
         done[n] = n if src == n.src else n.replace(src=src)
     return done[ast]
+
+
+def _guarded_term(red: UOp, value: UOp, guard: UOp) -> UOp:
+    """A reduction's term where the guard holds, the reduction's identity elsewhere. A sum of products guards each
+    factor instead: where(g, a * b, 0) == where(g, a, 0) * where(g, b, 0) exactly (a select drops an inf or NaN), and
+    a staged tile then holds the zeros, so the multiply-add in the inner loop needs no select."""
+    if red.arg is Ops.ADD and value.op is Ops.MUL:
+        a, b = value.src
+        return UOp(Ops.MUL, value.dtype, (guard.where(a, a.const_like(0)), guard.where(b, b.const_like(0))))
+    return UOp(Ops.WHERE, red.dtype, (guard, value, identity(red)))
 
 
 def _split(ast: UOp, opt: Opt) -> UOp:

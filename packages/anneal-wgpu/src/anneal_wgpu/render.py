@@ -228,8 +228,15 @@ class WGSLPrinter:
                 else f"{slot}[{idx}]"
             )
         if mode == "quad":
-            value = f"b{slot}[{self.operand(ins.srcs[0])}]"
-            return f"({value} != vec4<u32>(0u))" if bool_out else value
+            q = self.operand(ins.srcs[0])
+            valid = self.operand(ins.srcs[1]) if len(ins.srcs) == 2 else None  # one gate for the four lanes
+            value = f"b{slot}[{q if valid is None else f'select(0, {q}, {valid})'}]"
+            value = f"({value} != vec4<u32>(0u))" if bool_out else value
+            if valid is None:
+                return value
+            t = self.stype(ins.dtype)
+            zero = "vec4<bool>(false)" if bool_out else f"vec4<{t}>({literal(0, ins.dtype, self.f16)})"
+            return f"select({zero}, {value}, {valid})"
         idx = self.operand(ins.srcs[0])
         gated = len(ins.srcs) == 2
         valid = self.operand(ins.srcs[1]) if gated else ""
