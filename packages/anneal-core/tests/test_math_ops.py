@@ -187,3 +187,126 @@ def test_pow_gradient_of_the_exponent_matches_torch() -> None:
     assert a.grad is not None and b.grad is not None and ta.grad is not None and tb.grad is not None
     _close(a.grad.numpy(), ta.grad.numpy(), "d/da")
     _close(b.grad.numpy(), tb.grad.numpy(), "d/db")
+
+
+# ops whose operand is a constant, which a kernel holds as a literal: C takes no address of a literal (a
+# bitcast reads the bits through memory) and WGSL refuses a literal expression that is not finite (log2(0.0))
+CONSTANT_OPS: list[tuple[str, Callable[[Any, Any], Any]]] = [
+    ("fmod_scalar", lambda c, x: x.fmod(1.5)),
+    ("fmod_by_constant_tensor", lambda c, x: x.fmod(c(1.5))),
+    ("constant_fmod", lambda c, x: c(7.25).fmod(x)),
+    ("amax", lambda c, x: c(2.0).amax()),
+    ("maximum", lambda c, x: c(2.0).maximum(x)),
+    ("isinf", lambda c, x: c(np.inf).isinf()),
+    ("isnan", lambda c, x: c(np.nan).isnan()),
+    ("isclose", lambda c, x: c(1.0).isclose(x)),
+    ("log_of_zeros", lambda c, x: c(0.0).log()),
+    ("log_of_negative", lambda c, x: c(-2.0).log()),
+    ("reciprocal_of_zeros", lambda c, x: c(0.0).reciprocal()),
+    ("sqrt_of_negative", lambda c, x: c(-1.0).sqrt()),
+    ("exp_overflow", lambda c, x: c(200.0).exp()),
+    ("zero_to_the_x", lambda c, x: 0.0**x),
+    ("minus_two_to_the_x", lambda c, x: (-2.0) ** x.round()),
+]
+
+
+@pytest.mark.parametrize("size", [5, 5000])  # 5000: past the cpu backend's C threshold
+@pytest.mark.parametrize("name, fn", CONSTANT_OPS, ids=[c[0] for c in CONSTANT_OPS])
+def test_ops_of_constant_tensors_match_torch(name: str, fn: Callable[[Any, Any], Any], size: int) -> None:
+    x = np.linspace(-5, 5, size).astype(np.float32)
+    got = fn(lambda v: Tensor.full((size,), v, device=DEV), Tensor(x, device=DEV))
+    exp = fn(lambda v: torch.full((size,), v), torch.from_numpy(x))
+    assert got.dtype.name == str(exp.dtype).removeprefix("torch.")
+    _close(got.numpy(), exp.numpy(), name)
+
+
+def test_gradient_through_a_constant_base_matches_torch() -> None:
+    x = np.array([0.0, 1.0, 2.0, -1.0, 0.5], np.float32)
+    for base in (0.0, -2.0, 2.0):
+        a, t = Tensor(x, device=DEV, requires_grad=True), torch.tensor(x, requires_grad=True)
+        (base**a).sum().backward()
+        (base**t).sum().backward()
+        assert a.grad is not None and t.grad is not None
+        _close(a.grad.numpy(), t.grad.numpy(), f"d {base} ** x")
+
+
+POW_BASES = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, np.inf, -np.inf, np.nan], np.float32)
+POW_EXPONENTS = [-0.5, 0.0, 1.0, 2.0, 3.0, -1.0, -2.0, -3.0, 0.5, 2.5, -1.5, np.inf, -np.inf, np.nan]
+
+
+def _exact_zeros(got: np.ndarray, exp: np.ndarray, what: str) -> None:
+    """Values as _close, and a zero's sign as torch's ((-0.0) ** 3 is -0.0)."""
+    _close(got, exp, what)
+    zero = exp == 0
+    np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(exp[zero]), err_msg=f"{what}: signs of zeros")
+
+
+@pytest.mark.parametrize("exponent", POW_EXPONENTS)
+def test_pow_by_a_scalar_at_every_edge_matches_torch(exponent: float) -> None:
+    a, t = Tensor(POW_BASES, device=DEV, requires_grad=True), torch.tensor(POW_BASES, requires_grad=True)
+    ya, yt = a ** float(exponent), t ** float(exponent)
+    _exact_zeros(ya.numpy(), yt.detach().numpy(), f"x ** {exponent}")
+    ya.sum().backward()
+    yt.sum().backward()
+    assert a.grad is not None and t.grad is not None
+    _exact_zeros(a.grad.numpy(), t.grad.numpy(), f"d/dx x ** {exponent}")
+
+
+def test_pow_of_tensors_at_every_edge_matches_torch() -> None:
+    base, exponent = (g.ravel() for g in np.meshgrid(POW_BASES, np.array(POW_EXPONENTS, np.float32)))
+    a, b = Tensor(base, device=DEV, requires_grad=True), Tensor(exponent, device=DEV, requires_grad=True)
+    ta, tb = torch.tensor(base, requires_grad=True), torch.tensor(exponent, requires_grad=True)
+    ya, yt = a**b, ta**tb
+    _exact_zeros(ya.numpy(), yt.detach().numpy(), "a ** b")
+    ya.sum().backward()
+    yt.sum().backward()
+    assert a.grad is not None and b.grad is not None and ta.grad is not None and tb.grad is not None
+    _exact_zeros(a.grad.numpy(), ta.grad.numpy(), "d/da a ** b")
+    _exact_zeros(b.grad.numpy(), tb.grad.numpy(), "d/db a ** b")
+    for scalar in (0.0, -2.0, 1.0, -1.0):  # a Python base: rpow
+        x, tx = Tensor(exponent, device=DEV, requires_grad=True), torch.tensor(exponent, requires_grad=True)
+        (scalar**x).sum().backward()
+        (scalar**tx).sum().backward()
+        assert x.grad is not None and tx.grad is not None
+        _exact_zeros((scalar**x).numpy(), (scalar**tx).detach().numpy(), f"{scalar} ** x")
+        _exact_zeros(x.grad.numpy(), tx.grad.numpy(), f"d/dx {scalar} ** x")
+
+
+INT_POWERS: list[tuple[str, Callable[[Callable[..., Any]], Any]]] = [
+    # m(values, dtype) makes a tensor of the library under test
+    (
+        "int32 ** int32",
+        lambda m: m([0, 1, -1, 2, -1, 3, 2, 3, 7], "int32") ** m([-1, -1, -2, -1, -3, 0, 30, 19, 12], "int32"),
+    ),
+    ("int64 ** int64", lambda m: m([0, 1, -1, 2, -1, 3, -3], "int64") ** m([-1, -1, -2, -1, -3, 0, 13], "int64")),
+    ("2 ** int32", lambda m: 2 ** m([0, 3, 10, 30, 31, 32], "int32")),
+    ("2 ** int64", lambda m: 2 ** m([0, 3, 10, 29], "int64")),
+    ("uint8 ** uint8", lambda m: m([3, 2, 5, 0], "uint8") ** m([5, 9, 1, 0], "uint8")),
+    ("int8 ** 7", lambda m: m([2, 3, -2], "int8") ** 7),
+    ("uint8 ** 2", lambda m: m([20, 3], "uint8") ** 2),
+    ("int32 ** 0", lambda m: m([20, 3], "int32") ** 0),
+    ("int32 ** 13", lambda m: m([3, -2], "int32") ** 13),
+    ("bool ** 2", lambda m: m([True, False], "bool") ** 2),
+    ("bool ** 2.0", lambda m: m([True, False], "bool") ** 2.0),
+    ("bool ** int64 tensor", lambda m: m([True, False], "bool") ** m([2, 3], "int64")),
+    ("int32 ** int64 tensor", lambda m: m([2, 3], "int32") ** m([2], "int64")),
+    ("2.0 ** int32", lambda m: 2.0 ** m([2, 3, -1], "int32")),
+    ("int32 ** 2.5", lambda m: m([2, 3], "int32") ** 2.5),
+]
+
+
+@pytest.mark.parametrize("name, fn", INT_POWERS, ids=[p[0] for p in INT_POWERS])
+def test_integer_and_bool_powers_match_torch(name: str, fn: Callable[[Callable[..., Any]], Any]) -> None:
+    got = fn(lambda v, dt: Tensor(np.array(v, dt), device=DEV))
+    exp = fn(lambda v, dt: torch.from_numpy(np.array(v, dt)))
+    assert got.dtype.name == str(exp.dtype).removeprefix("torch."), name
+    _close(got.numpy(), exp.numpy(), name)
+
+
+@pytest.mark.parametrize("exponent", [-1, -2])
+def test_integer_tensor_to_a_negative_int_raises_as_torch(exponent: int) -> None:
+    data = np.array([2, 3], np.int32)
+    with pytest.raises(RuntimeError, match="negative integer powers") as torch_error:
+        torch.from_numpy(data) ** exponent
+    with pytest.raises(type(torch_error.value), match="negative integer powers"):
+        Tensor(data, device=DEV) ** exponent

@@ -68,6 +68,18 @@ class ShapeError(RuntimeError, ValueError):
     """A shape that does not fit the op: torch's type (RuntimeError), and a ValueError as anneal raised before."""
 
 
+class DTypeError(TypeError, NotImplementedError):
+    """An op not defined for a dtype (a bitwise op or shift of floats): torch raises NotImplementedError (a
+    RuntimeError) for most and TypeError for ``~``; this is both, and raised when the op is built."""
+
+
+# ops defined on integers only (bool too, except shifts), by torch's kernel name
+_INTEGER_OPS: dict[Ops, tuple[str, bool]] = {
+    Ops.AND: ("bitwise_and", True), Ops.OR: ("bitwise_or", True), Ops.XOR: ("bitwise_xor", True),
+    Ops.SHL: ("lshift", False), Ops.SHR: ("rshift", False),
+}  # fmt: skip
+
+
 class ValuesIndices(NamedTuple):
     """What torch's max/min (with a dim), sort, topk, cummax and cummin return: (values, indices)."""
 
@@ -438,6 +450,8 @@ class Tensor:
 
     def _binary(self, op: Ops, other: Any, name: str, reverse: builtins.bool = False) -> Tensor:
         a, b = self._operands(other, name, reverse)
+        if op in _INTEGER_OPS:
+            _check_integer_op(op, a.dtype)
         return a._alu(op, b)
 
     def _float(self) -> Tensor:
@@ -507,6 +521,8 @@ class Tensor:
 
     def __mod__(self, o: Any) -> Tensor:
         a, b = self._operands(o, "remainder")
+        if a.dtype.is_float and a.dtype.itemsize < 4:  # a - floor(a/b) b cancels to nothing in 16 bits
+            return (a.cast(dtypes.float32) % b.cast(dtypes.float32)).cast(a.dtype)
         return a - a._floordiv(b) * b
 
     def __pow__(self, o: Any) -> Tensor:
@@ -575,17 +591,21 @@ class Tensor:
         return a % b
 
     def __lshift__(self, o: Any) -> Tensor:
-        return self._shift(Ops.SHL, o, "lshift")
+        """A shift by the bit width or more gives 0 (>>: the sign), as torch's; bool promotes with an int."""
+        return self._binary(Ops.SHL, o, "lshift")
 
     def __rshift__(self, o: Any) -> Tensor:
-        return self._shift(Ops.SHR, o, "rshift")
+        return self._binary(Ops.SHR, o, "rshift")
 
-    def _shift(self, op: Ops, o: Any, name: str) -> Tensor:
-        if not self.dtype.is_int:
-            raise TypeError(f"{name}: shifts need an integer tensor, got {self.dtype.name}")
-        return self._binary(op, o, name)
+    def __rlshift__(self, o: Any) -> Tensor:
+        return self._binary(Ops.SHL, o, "lshift", reverse=True)
+
+    def __rrshift__(self, o: Any) -> Tensor:
+        return self._binary(Ops.SHR, o, "rshift", reverse=True)
 
     def __invert__(self) -> Tensor:
+        if self.dtype.is_float:
+            raise DTypeError(f"~ (bitwise_not) is only implemented on integer and bool tensors, got {self.dtype.name}")
         return self.logical_not() if self.dtype == dtypes.bool else self._binary(Ops.XOR, -1, "invert")
 
     def lt(self, o: Any) -> Tensor:
@@ -720,13 +740,12 @@ class Tensor:
         return magnitude == exponent
 
     def _float_bits(self) -> tuple[builtins.int, Tensor]:
-        """(the all-ones exponent with a zero mantissa, |self|'s bits) as unsigned integers of self's width."""
-        width = {2: (dtypes.uint16, 0x7C00, 0x7FFF), 4: (dtypes.uint32, 0x7F800000, 0x7FFFFFFF),
-                 8: (dtypes.uint64, 0x7FF0000000000000, 0x7FFFFFFFFFFFFFFF)}  # fmt: skip
-        if self.dtype == dtypes.bfloat16:
-            return 0x7F80, self.bitcast(dtypes.uint16) & 0x7FFF
-        uint, inf_bits, mask = width[self.dtype.itemsize]
-        return inf_bits, self.bitcast(uint) & mask
+        """(the all-ones exponent with a zero mantissa, |self|'s bits) as unsigned integers. A 16-bit float is
+        widened to float32 first (exact, inf and NaN kept): backends store 16-bit integers in 32-bit words (WGSL
+        has none), so a 16-bit bitcast is not one instruction there."""
+        if self.dtype == dtypes.float64:
+            return 0x7FF0000000000000, self.bitcast(dtypes.uint64) & 0x7FFFFFFFFFFFFFFF
+        return 0x7F800000, self.cast(dtypes.float32).bitcast(dtypes.uint32) & 0x7FFFFFFF
 
     def isfinite(self) -> Tensor:
         if not self.dtype.is_float:
@@ -746,8 +765,6 @@ class Tensor:
         return close | (a.isnan() & b.isnan()) if equal_nan else close
 
     def bitwise_not(self) -> Tensor:
-        if self.dtype.is_float:
-            raise TypeError(f"bitwise_not: needs an integer or bool tensor, got {self.dtype.name}")
         return ~self
 
     def trunc(self) -> Tensor:
@@ -839,38 +856,48 @@ class Tensor:
         return where(condition, self, other)
 
     def pow(self, o: Any) -> Tensor:
-        if isinstance(o, builtins.float) and not self.dtype.is_float:  # int ** 2.0 is a float, as torch
-            return self.cast(result_type_with_scalar(self.dtype, o)).pow(o)
+        """torch.pow: dtypes as torch's (int ** int stays int and wraps, bool ** 2 is int64, int ** 2.0 a float);
+        C's pow at the edges (0, -0.0, 1, -1, inf, NaN)."""
         if not isinstance(o, Tensor):
+            x = self.cast(result_type_with_scalar(self.dtype, o))
+            if not x.dtype.is_float and not isinstance(o, builtins.float):
+                if o < 0:
+                    raise RuntimeError("Integers to negative integer powers are not allowed.")
+                return _int_power(x, builtins.int(o))
             if o == 2:
-                return self * self
+                return x * x
             if o == 1:
-                return self + 0
-            if o == 0.5:
-                return self.sqrt()
-            if o == -1:
-                return self.reciprocal()
-            if o == 0 and not self.dtype.is_float:
-                return self.ones_like()
-            if o == 0:  # still a function of self (a zero gradient, as torch), not a constant
-                return with_gradient(self.ones_like(), (self,), _zero_gradient)
-        if not self.dtype.is_float and isinstance(o, builtins.int) and not isinstance(o, builtins.bool) and o < 0:
-            raise RuntimeError("Integers to negative integer powers are not allowed.")
+                return x * 1
+            if o == 0.5:  # torch's sqrt and rsqrt: (-0.0) ** 0.5 is -0.0, (-inf) ** 0.5 NaN
+                return x.sqrt()
+            if o == 0:  # still a function of x (a zero gradient, as torch), not a constant
+                return with_gradient(x.ones_like(), (x,), _zero_gradient)
+            value = (
+                x.rsqrt() if o == -0.5 else x._float_pow(Tensor.full((), o, x.dtype, x.device)._broadcast_to(x.shape))
+            )
+            return with_gradient(value, (x,), _scalar_pow_gradient, exponent=o)
         a, b = self._operands(o, "pow")
-        if a.dtype.is_int and isinstance(o, int) and o > 0:
-            out = a
-            for _ in range(o - 1):
-                out = out * a
-            return out
-        a, b = a._float(), b._float()
-        # a zero base by hand: WGSL leaves log2(0) undefined (lavapipe does not give -inf)
-        mag = where(a == 0, where(b < 0, math.inf, 0.0), (b * a.abs().log2()).exp2())
+        if a.dtype == dtypes.bool:
+            raise DTypeError("pow is not implemented for bool tensors (both operands bool)")
+        if not a.dtype.is_float:
+            return _int_tensor_power(a, b)
+        return a._float_pow(b)
+
+    def _float_pow(self, b: Tensor) -> Tensor:
+        a = self._float()
+        b = b.cast(a.dtype)
+        # |a|^b as exp2(b log2|a|), with the cases that formula gets wrong by hand: a zero base (WGSL leaves
+        # log2(0) undefined, lavapipe does not give -inf) and |a| = 1 (0 * inf is NaN, 1 ** inf is 1)
+        mag = where(a == 0, where(b < 0, math.inf, 0.0), where(a.abs() == 1, 1.0, (b * a.abs().log2()).exp2()))
+        negative = (a < 0) | ((a == 0) & (a.reciprocal() < 0))  # -0.0 too: (-0.0) ** -3 is -inf
         odd = (b.abs() % 2) == 1
-        is_int = b == b.trunc()
-        neg = a < 0
-        res = where(neg, where(is_int, where(odd, -mag, mag), math.nan), mag)
+        signed = where(odd, -mag, mag)
+        # a finite negative base to a fractional power has no real value; -inf's and -0.0's do (inf or 0)
+        fractional = where((a == 0) | a.isinf(), mag, math.nan)
+        res = where(negative, where(b == b.trunc(), signed, fractional), mag)
+        res = where(a.isnan() | b.isnan(), math.nan, res)  # by the bits: a GPU's exp2 may drop a NaN
         # differentiated as b a^(b-1) (exp2 and log2's derivatives would give 0 * inf = NaN at a = 0), as torch
-        return with_gradient(where((a == 0) & (b == 0), 1.0, res), (a, b), _pow_gradient)
+        return with_gradient(where((b == 0) | (a == 1), 1.0, res), (a, b), _pow_gradient)
 
     # ---- movement ----
     def reshape(self, *shape: Any) -> Tensor:
@@ -1363,6 +1390,13 @@ class Tensor:
         return where(keep, self, False if self.dtype == dtypes.bool else 0)
 
 
+def _check_integer_op(op: Ops, dtype: DType) -> None:
+    name, bool_ok = _INTEGER_OPS[op]
+    if dtype.is_float or (dtype == dtypes.bool and not bool_ok):
+        raise DTypeError(f"{name} is only implemented on integer{' and bool' if bool_ok else ''} tensors, "
+                         f"got operands promoting to {dtype.name}")  # fmt: skip
+
+
 def _nan_if_either(a: Tensor, b: Any, out: Tensor) -> Tensor:
     if not out.dtype.is_float:
         return out
@@ -1400,13 +1434,43 @@ def _move(x: Tensor, src: int, dst: int) -> Tensor:
     return x.permute(order)
 
 
+def _scalar_pow_gradient(g: Tensor, x: Tensor, *, exponent: float) -> tuple[Tensor]:
+    """torch's: e x^(e-1), the power taken as pow takes it (x ** 0.5's is 0.5 rsqrt(x): -inf at -0.0)."""
+    return (g * exponent * x.pow(exponent - 1),)
+
+
+def _int_power(x: Tensor, e: int) -> Tensor:
+    """x ** e for an integer tensor and e >= 0, by squaring (log2(e) multiplies); wraps as torch's."""
+    out: Tensor | None = None
+    while e:
+        if e & 1:
+            out = x if out is None else out * x
+        e >>= 1
+        if e:
+            x = x * x
+    return out if out is not None else x.ones_like()
+
+
+def _int_tensor_power(a: Tensor, b: Tensor) -> Tensor:
+    """a ** b, both integer tensors: square-and-multiply over b's bits (wrapping as torch's). A negative b gives
+    1 / a ** |b| truncated, as torch's: 1 for a = 1, +-1 for a = -1 (by b's parity), 0 otherwise."""
+    out, x, e = a.ones_like(), a, b
+    for _ in range(b.dtype.bits - (0 if b.dtype.is_unsigned else 1)):
+        out = where((e & 1) == 1, out * x, out)
+        x, e = x * x, e >> 1
+    odd = (b & 1) == 1
+    negative = where(a == 1, 1, where(a == -1, where(odd, -1, 1), 0)).cast(a.dtype) if not a.dtype.is_unsigned \
+        else (a == 1).cast(a.dtype)  # fmt: skip
+    return where(b < 0, negative, out) if not b.dtype.is_unsigned else out
+
+
 def _zero_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
     return (x.zeros_like(),)
 
 
 def _pow_gradient(g: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """torch's: d/da = b a^(b-1); d/db = a^b log(a), 0 where a = 0 and b >= 0."""
-    da = g * b * a.pow(b - 1)
+    """torch's: d/da = b a^(b-1), 0 where b = 0; d/db = a^b log(a), 0 where a = 0 and b >= 0."""
+    da = where(b == 0, 0.0, g * b * a.pow(b - 1))
     db = where((a == 0) & (b >= 0), 0.0, g * a.pow(b) * a.log())
     return da, db  # a and b are broadcast to one shape already: their broadcasts are differentiated as usual
 

@@ -341,8 +341,9 @@ class CRenderer:
 
 
 # ---- printing a program as C ----
-def alu(op: Ops, d: DType, s: list[str], arg: object = None) -> str:
-    """One ALU instruction in C; integer math wraps (-fwrapv) and x / 0 = x % 0 = 0, as in the numpy path."""
+def alu(op: Ops, d: DType, s: list[str], arg: object = None, src: DType | None = None) -> str:
+    """One ALU instruction in C; integer math wraps (-fwrapv) and x / 0 = x % 0 = 0, as in the numpy path.
+    src: the first operand's dtype, where the instruction needs it (a bitcast)."""
     f32 = d == dtypes.float32
     if op is Ops.EXP2:
         return f"{'exp2_f32' if f32 else 'exp2'}({s[0]})"
@@ -379,8 +380,9 @@ def alu(op: Ops, d: DType, s: list[str], arg: object = None) -> str:
         return f"({s[0]} ? {s[1]} : {s[2]})"
     if op is Ops.CAST:
         return f"({s[0]} != 0)" if d == dtypes.bool else f"(({ctype(d)}){s[0]})"
-    if op is Ops.BITCAST:
-        return f"({{ {ctype(d)} bits_; memcpy(&bits_, &{s[0]}, sizeof bits_); bits_; }})"
+    if op is Ops.BITCAST:  # through a variable of the source's type: the operand may be a literal (no address)
+        assert src is not None
+        return f"({{ {ctype(src)} from_ = {s[0]}; {ctype(d)} bits_; memcpy(&bits_, &from_, sizeof bits_); bits_; }})"
     raise Unsupported(op.name)
 
 
@@ -475,7 +477,8 @@ class CPrinter:
             return "}"
         if isinstance(op, Ops):
             srcs = [self.operand(s) for s in ins.srcs]
-            return f"const {ctype(d)} {name} = {alu(op, d, srcs, ins.arg)};"
+            src = self.src_dtype(ins.srcs[0]) if ins.srcs else None
+            return f"const {ctype(d)} {name} = {alu(op, d, srcs, ins.arg, src)};"
         raise Unsupported(f"instruction {op}")
 
     def pragmas(self) -> dict[int, str]:

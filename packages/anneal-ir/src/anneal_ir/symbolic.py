@@ -557,14 +557,23 @@ def _fold_sum(x: UOp) -> UOp | None:
     return _build_items(items, const, x.dtype)
 
 
+# index math multiplies a few factors; a product of more is data (a power by repeated squaring, x = x * x, whose
+# flattened tree doubles with every square): left as it is
+_MAX_PRODUCT_NODES = 256
+
+
 def _fold_product(x: UOp) -> UOp | None:
     """Flatten an int product: multiply its constants, sort its factors, and distribute a constant
     over a sum ((a + 2) * 4 -> a*4 + 8) so that sums stay flat for term combining and div/mod."""
     factors: list[UOp] = []
     const = 1
     stack = [x]
+    visited = 0
     while stack:
         u = stack.pop()
+        visited += 1
+        if visited > _MAX_PRODUCT_NODES:  # a shared operand flattens to exponentially many factors
+            return None
         if u.op is Ops.MUL and u.dtype == x.dtype:
             stack.extend(u.src)
         elif u.op is Ops.NEG:

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sint, size_code, upper
 from anneal_schedule.lower import Instr, Program, lower
@@ -78,6 +80,29 @@ fn sin4_(x: vec4<f32>) -> vec4<f32> {
   return sin(fma(-k, vec4<f32>(-1.7484556000744487e-07), fma(-k, vec4<f32>(6.2831854820251465), x)));
 }"""
 
+# a 16-bit float's bits from (and to) its float32 value, which holds it exactly: float16's exponent is rebiased
+# (127 - 15 = 112) and its mantissa the top 10 of float32's; below 2^-14 it is subnormal (m * 2^-24)
+HALF_BITS_WGSL = """fn f16_bits(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  let e = (b >> 23u) & 255u;
+  let m = b & 8388607u;
+  var h = 0u;
+  if (e == 255u) { h = 31744u | (m >> 13u); }
+  else if (e > 112u) { h = ((e - 112u) << 10u) | (m >> 13u); }
+  else if (e >= 103u) { h = (8388608u | m) >> (126u - e); }
+  return ((b >> 16u) & 32768u) | h;
+}
+fn f16_from_bits(h: u32) -> f32 {
+  let e = (h >> 10u) & 31u;
+  let m = h & 1023u;
+  let sign = (h & 32768u) << 16u;
+  if (e == 0u) { return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.960464477539063e-08)); }
+  let exponent = select((e + 112u) << 23u, 2139095040u, e == 31u);
+  return bitcast<f32>(sign | exponent | (m << 13u));
+}
+fn bf16_bits(x: f32) -> u32 { return bitcast<u32>(x) >> 16u; }
+fn bf16_from_bits(h: u32) -> f32 { return bitcast<f32>(h << 16u); }"""
+
 _BINARY = {
     Ops.ADD: "({a} + {b})", Ops.MUL: "({a} * {b})", Ops.CMPLT: "({a} < {b})", Ops.CMPNE: "({a} != {b})",
     Ops.CMPEQ: "({a} == {b})", Ops.AND: "({a} & {b})", Ops.OR: "({a} | {b})", Ops.XOR: "({a} ^ {b})",
@@ -85,6 +110,12 @@ _BINARY = {
 _UNARY = {
     Ops.EXP2: "exp2({a})", Ops.LOG2: "log2({a})", Ops.SIN: "sin({a})", Ops.SQRT: "sqrt({a})",
     Ops.RECIPROCAL: "({one} / {a})", Ops.NEG: "(-{a})", Ops.TRUNC: "trunc({a})",
+}  # fmt: skip
+# WGSL evaluates an op on literals when it compiles and refuses one whose value is not finite (log2(0.0), 1.0 / 0.0;
+# the symbolic folder leaves those to the device): such an op is evaluated here, as IEEE arithmetic does
+_LITERAL_FLOAT_OPS: dict[Ops, Any] = {
+    Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt, Ops.RECIPROCAL: np.reciprocal,
+    Ops.NEG: np.negative, Ops.TRUNC: np.trunc, Ops.ADD: np.add, Ops.MUL: np.multiply,
 }  # fmt: skip
 XYZW = "xyzw"
 LANES = "vec4<i32>(0, 1, 2, 3)"
@@ -114,6 +145,7 @@ class WGSLPrinter:
     types: dict[str, tuple[DType, int]] = field(default_factory=dict)  # name -> (dtype, width)
     vec_buffers: set[int] = field(default_factory=set)
     vec_shared: set[str] = field(default_factory=set)
+    helpers: set[str] = field(default_factory=set)  # WGSL functions the kernel calls
 
     def size(self, x: sint) -> str:
         try:
@@ -285,6 +317,12 @@ class WGSLPrinter:
 
     def alu(self, ins: Instr) -> str:
         op, w, d = ins.op, ins.width, ins.dtype
+        literals = [s.arg for s in ins.srcs if isinstance(s, UOp)]
+        if op in _LITERAL_FLOAT_OPS and d.is_float and len(literals) == len(ins.srcs):
+            ftype = np.float16 if self.stype(d) == "f16" else np.float32
+            with np.errstate(all="ignore"):
+                value = float(_LITERAL_FLOAT_OPS[op](*(ftype(v) for v in literals)))
+            return self.operand(UOp.const(d, value), w)
         src = [self.operand(s, w) for s in ins.srcs]
         if op is Ops.SIN and self.stype(d) == "f32":
             return f"{'sin4_' if w == 4 else 'sin_'}({src[0]})"
@@ -306,7 +344,9 @@ class WGSLPrinter:
         if op is Ops.XOR and d == dtypes.bool:
             return f"({src[0]} != {src[1]})"
         if op in (Ops.SHL, Ops.SHR):
-            return f"({src[0]} {'<<' if op is Ops.SHL else '>>'} {'vec4<u32>' if w == 4 else 'u32'}({src[1]}))"
+            return self.shift(op, d, w, src[0], src[1])
+        if op in (Ops.ADD, Ops.MUL) and d == dtypes.bool:  # WGSL has no bool arithmetic: or / and
+            return f"({src[0]} {'|' if op is Ops.ADD else '&'} {src[1]})"
         if op in _BINARY:
             return _BINARY[op].format(a=src[0], b=src[1])
         if op is Ops.WHERE:
@@ -315,8 +355,52 @@ class WGSLPrinter:
         if op is Ops.CAST:
             return self.cast(src[0], self.src_dtype(ins.srcs[0]), d, w)
         if op is Ops.BITCAST:
-            return f"bitcast<{self.ctype(d, w)}>({src[0]})"
+            return self.bitcast(src[0], self.src_dtype(ins.srcs[0]), d, w)
         raise RenderError(f"kernel {self.prog.name}: WGSL renderer has no rule for {op}")
+
+    def shift(self, op: Ops, d: DType, w: int, a: str, s: str) -> str:
+        """As torch's (and the C renderer's): a shift by 32 or more (or a negative one) gives 0, a right shift of a
+        negative value -1. WGSL uses only the low 5 bits of the amount and refuses a constant one past 31, so the
+        amount is masked and the edge selected. A narrower int lives in 32 bits, where its own edges fall out."""
+        u = "vec4<u32>" if w == 4 else "u32"
+        n = f"{u}({s})"
+        shifted = f"({a} {'<<' if op is Ops.SHL else '>>'} ({n} & {u}(31u)))"
+        if op is Ops.SHL or d.is_unsigned:
+            edge = f"{self.ctype(d, w)}({literal(0, d, self.f16)})"
+        else:
+            edge = f"({a} >> {u}(31u))"
+        return f"select({shifted}, {edge}, {n} >= {u}(32u))"
+
+    def bitcast(self, x: str, src: DType, dst: DType, w: int) -> str:
+        """Reinterpret bits. 32-bit types are one bitcast; a 16-bit float's bits are computed from its float32
+        value (WGSL has no 16-bit integers to bitcast to, naga no vec2<f16> <-> u32); an integer narrower than
+        its 32-bit word is wrapped to its own width."""
+        st, dt = self.stype(src), self.stype(dst)
+        if src == dst:
+            return x
+        if w == 4:  # lane by lane
+            lanes = ", ".join(self.bitcast(f"{x}.{c}", src, dst, 1) for c in XYZW)
+            return f"vec4<{dt}>({lanes})"
+        half = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
+        if src in half or dst in half:
+            if src.itemsize != dst.itemsize:
+                raise RenderError(f"kernel {self.prog.name}: bitcast {src.name} -> {dst.name}: sizes differ")
+            if src in half:
+                self.helpers.add(HALF_BITS_WGSL)
+                bits = f"{half[src]}_bits(f32({x}))"
+                return self.narrow(f"bitcast<{dt}>({bits})" if dt != "u32" else bits, dst)
+            self.helpers.add(HALF_BITS_WGSL)
+            return f"{dt}({half[dst]}_from_bits(bitcast<u32>({x}) & 65535u))"
+        return self.narrow(f"bitcast<{dt}>({x})" if st != dt else x, dst)
+
+    def narrow(self, x: str, d: DType) -> str:
+        """An integer held in a 32-bit word wrapped to its own width (sign-extended when signed)."""
+        bits = 8 * d.itemsize
+        if d.is_float or d == dtypes.bool or bits >= 32:
+            return x
+        if d.is_unsigned:
+            return f"({x} & {(1 << bits) - 1}u)"
+        return f"(({x} << {32 - bits}u) >> {32 - bits}u)"
 
     def cast(self, x: str, src: DType, dst: DType, width: int = 1) -> str:
         st, dt = compute_type(src, self.f16), compute_type(dst, self.f16)
@@ -350,6 +434,7 @@ class WGSLPrinter:
         header = ["enable f16;"] if self.f16 and uses_f16 else []
         if any(i.op is Ops.SIN and compute_type(i.dtype, self.f16) == "f32" for i in prog.instrs):
             header.append(SIN_WGSL)
+        header += sorted(self.helpers)
         for s in prog.shared:
             t = self.stype(s.dtype)
             header.append(f"var<workgroup> {s.name}: array<{f'vec4<{t}>' if s.vec else t}, {s.count}>;")
