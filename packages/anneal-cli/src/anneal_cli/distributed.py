@@ -137,8 +137,8 @@ class World:
         try:
             from mpi4py import MPI  # only here: a lone process never imports it
         except ImportError as exc:
-            raise RuntimeError(f"data-parallel training needs mpi4py and an MPI library: pip install "
-                               f"'anneal-cli[mpi]' (mpi4py and MPICH's wheel) ({exc})") from None  # fmt: skip
+            raise RuntimeError(f"data-parallel training needs mpi4py and an MPI library: pip install mpi4py mpich "
+                               f"(what the anneal-cli wheel's `mpi` extra holds) ({exc})") from None  # fmt: skip
 
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD

@@ -15,10 +15,10 @@ import numpy as np
 
 from anneal.registry import DeviceError, auto_device
 from anneal.registry import plugins as loaded_plugins
-from anneal_cli.errors import CommandError
+from anneal_cli.errors import WGPU_WHEEL, CommandError
 from anneal_ir.settings import Settings
 
-try:  # optional: `pip install anneal-cli[wgpu]` (or anneal-wgpu) brings the WebGPU backend
+try:  # optional: the anneal-wgpu wheel (anneal-cli's `wgpu` extra), installed by path, brings the WebGPU backend
     from anneal_wgpu import adapters
 except ImportError:  # the CLI works without it; doctor then says how to get it
     adapters = None  # type: ignore[assignment]
@@ -76,7 +76,7 @@ def _adapter_lines(adapter: Any, chosen: bool, index: int = 0) -> list[str]:
 def _gpu_section() -> str:
     """Print the adapters; return why none is usable ("" when one is)."""
     if adapters is None:
-        problem = "the WebGPU backend is not installed (pip install anneal-wgpu)"
+        problem = f"the WebGPU backend is not installed ({WGPU_WHEEL})"
         click.echo(f"WebGPU: {problem}")
         return problem
     found = adapters.describe()

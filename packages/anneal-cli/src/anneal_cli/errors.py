@@ -7,6 +7,10 @@ from typing import IO, Any
 
 import click
 
+# How to add the WebGPU backend: the project's own wheel, by path (README, "Install from the project's wheels");
+# a bare `pip install` of our names from the public index can find an unrelated project.
+WGPU_WHEEL = "install the project's anneal-wgpu wheel by path: pip install dist/anneal_wgpu-*.whl"
+
 
 class CommandError(click.ClickException):
     """A runtime failure: printed as one line `anneal: error: ...`, exit code 1."""

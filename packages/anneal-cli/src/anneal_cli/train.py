@@ -29,7 +29,7 @@ from anneal.registry import AUTO, GPU_BACKEND, DeviceError, backend_names, get_b
 from anneal.registry import plugins as loaded_plugins
 from anneal_cli import distributed, loop
 from anneal_cli.data_cmds import check_mirror
-from anneal_cli.errors import CommandError, one_line
+from anneal_cli.errors import WGPU_WHEEL, CommandError, one_line
 from anneal_cli.params import FiniteFloat
 from anneal_cli.runs import (
     RANKS,
@@ -160,7 +160,7 @@ def pin_adapter(index: int | None, local_rank: int) -> int:
     try:
         from anneal_wgpu import adapters
     except ImportError:
-        raise click.BadParameter("an indexed webgpu device needs the WebGPU backend: pip install anneal-wgpu",
+        raise click.BadParameter(f"an indexed webgpu device needs the WebGPU backend: {WGPU_WHEEL}",
                                  param_hint="--device") from None  # fmt: skip
 
     found = adapters.describe().adapters
