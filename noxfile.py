@@ -7,6 +7,7 @@
     nox -s webgpu                # the op/gradient suites on the WebGPU backend
     nox -s cpu_c                 # the same suites with every cpu kernel compiled to C
     nox --force-python 3.11      # what CI runs: the sessions declare 3.11-3.13, machines have 3.11
+    nox --force-python 3.12 -t every-python   # and then on 3.12 and 3.13: what needs no PyTorch oracle
 
 Each package's tests run in its own directory, in a venv holding that package and its
 internal dependencies installed editable, so an undeclared dependency fails there.
@@ -18,12 +19,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from oracles import oracle_free  # noqa: E402  (scripts/: tests/test_oracles.py checks the selection)
+
 PYTHONS = ["3.11", "3.12", "3.13"]
 # Top to bottom as in docs/ARCHITECTURE.md; each package may depend only on those above it.
 PACKAGES = [
@@ -48,11 +53,13 @@ TEST_TOOLS = ["pytest", "hypothesis", "pytest-xdist"]
 # The slowest suites run on two workers (CI has 2 cores); anneal-cli's a file per worker (its MPI, tmux and
 # browser tests keep their order within their files, and their deadlines leave room for the other worker).
 PARALLEL = {"anneal-models": ["-n", "2"], "integration": ["-n", "2"], "anneal-cli": ["-n", "2", "--dist", "loadfile"]}
-# What runs on 3.12 and 3.13 too (`nox --force-python 3.12 -t every-python`, scripts/test.sh): the wheels and the
-# suites that need no PyTorch oracle; PyTorch's CPU wheels for 3.12/3.13 are not reachable from these machines
-# (the index has only the CUDA builds, gigabytes each), so the oracle suites run on 3.11.
+# What runs on 3.12 and 3.13 too (`nox --force-python 3.12 -t every-python`, scripts/test.sh): the wheels, and
+# every package's and the integration tests less the modules that import an oracle. PyTorch's CPU wheels for
+# 3.12/3.13 are not reachable from these machines (the index has only the CUDA builds, gigabytes each), so the
+# oracle modules run on 3.11 alone; so do tests marked `oracle_python` (slow, and the same on any Python: the
+# data-parallel models' numerics), which keeps the two extra Pythons to a few minutes of CI each.
 EVERY_PYTHON = "every-python"
-WITHOUT_TORCH = [p for p in PACKAGES if p not in TORCH_USERS and p != "anneal-wgpu"]  # wgpu: the wheels train on it
+ORACLE_PYTHON = PYTHONS[0]
 PYTEST_NO_TESTS = 5
 
 # uv makes venvs and installs (torch above all) many times faster; without it, pip.
@@ -106,33 +113,47 @@ def install_editable(session: nox.Session, packages: list[str], *extra: str) -> 
     session.install("--no-build-isolation", *args, *extra)
 
 
-def pytest(session: nox.Session, where: Path, label: str) -> None:
-    """Run pytest; collecting no test at all is a failure, not a pass."""
+def pytest(session: nox.Session, where: Path, label: str, *selection: str) -> None:
+    """Run pytest (on `selection`, else everything); collecting no test at all is a failure, not a pass."""
     try:
         with session.chdir(where):
-            session.run("pytest", *PARALLEL.get(label, []), *session.posargs)
+            session.run("pytest", *PARALLEL.get(label, []), *selection, *session.posargs)
     except nox.command.CommandFailed as exc:
         if getattr(exc, "return_code", None) == PYTEST_NO_TESTS:
             session.error(f"{label}: pytest collected no tests (exit 5); every package must have tests")
         raise
 
 
+def oracles_here(session: nox.Session) -> bool:
+    """Whether this session's Python can install the oracles (else it runs the modules that need none)."""
+    return str(session.python) == ORACLE_PYTHON
+
+
+def selection(session: nox.Session, where: Path) -> list[str]:
+    """pytest's arguments: everything where the oracles install, else the oracle-free modules less the tests
+    marked oracle_python."""
+    return [] if oracles_here(session) else [*oracle_free(where), "-m", "not oracle_python"]
+
+
 @nox.session(python=PYTHONS)
-@nox.parametrize("package", [nox.param(p, id=p, tags=[p] + [EVERY_PYTHON] * (p in WITHOUT_TORCH)) for p in PACKAGES])
+@nox.parametrize("package", [nox.param(p, id=p, tags=[p, EVERY_PYTHON]) for p in PACKAGES])
 def tests(session: nox.Session, package: str) -> None:
-    """One package's tests, in its directory, with its internal dependencies editable."""
+    """One package's tests, in its directory, with its internal dependencies editable (without an oracle on
+    3.12/3.13: the modules that need none)."""
     oracles = ([TORCH] if package in TORCH_USERS else []) + (TRANSFORMERS if package in TRANSFORMERS_USERS else [])
+    oracles = oracles if oracles_here(session) else []
     oracles += MPI if package in MPI_USERS else []
     oracles += BROWSER if package in BROWSER_USERS else []
     install_editable(session, internal_deps(package), *TEST_TOOLS, *oracles)
-    pytest(session, FOLDERS[package], package)
+    pytest(session, FOLDERS[package], package, *selection(session, FOLDERS[package]))
 
 
-@nox.session(python=PYTHONS, tags=["integration"])
+@nox.session(python=PYTHONS, tags=["integration", EVERY_PYTHON])
 def integration(session: nox.Session) -> None:
     """Cross-package tests (tests/): every package installed, plugin fixtures, dependency rules."""
-    install_editable(session, PACKAGES, *TEST_TOOLS, TORCH, *TRANSFORMERS)
-    pytest(session, ROOT / "tests", "integration")
+    oracles = [TORCH, *TRANSFORMERS] if oracles_here(session) else []
+    install_editable(session, PACKAGES, *TEST_TOOLS, *oracles)
+    pytest(session, ROOT / "tests", "integration", *selection(session, ROOT / "tests"))
 
 
 @nox.session(python=PYTHONS[0], tags=["webgpu"])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the whole test suite: system packages (Mesa's lavapipe Vulkan driver), nox and uv in
-# .venv-tools/, then every nox session on Python 3.11 and the `every-python` ones (the wheels, the suites
-# without a PyTorch oracle) on 3.12 and 3.13, found on PATH or under pyenv.
+# .venv-tools/, then every nox session on Python 3.11 and the `every-python` ones (the wheels, every package's
+# and the integration tests less the modules that import a PyTorch/transformers oracle) on 3.12 and 3.13, found
+# on PATH or under pyenv.
 #   bash scripts/test.sh                 # everything
 #   bash scripts/test.sh -t anneal-ir    # extra arguments go to nox (3.11 only)
 set -euo pipefail

@@ -53,6 +53,12 @@ class TestPlugin:
         )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "oracle_python: slow and the same on any Python; runs on 3.11 alone (noxfile's selection)"
+    )
+
+
 @pytest.fixture(autouse=True)
 def fresh_registry() -> Iterator[None]:
     registry.reset()

@@ -145,6 +145,7 @@ def test_mlp_on_two_ranks_equals_one_process(tmp_path: Path, mpiexec: str) -> No
     assert "comm " in two.stdout
 
 
+@pytest.mark.oracle_python  # the models' numerics, the same on any Python: 3.11 alone (noxfile)
 def test_nanogpt_on_two_ranks_equals_one_process_and_resumes_on_one_and_two(
     tmp_path: Path, mpiexec: str, offline_data: None
 ) -> None:
@@ -162,6 +163,7 @@ def test_nanogpt_on_two_ranks_equals_one_process_and_resumes_on_one_and_two(
     assert ranks == [2, 2, 2, 1, 1, 1]
 
 
+@pytest.mark.oracle_python  # the models' numerics, the same on any Python: 3.11 alone (noxfile)
 def test_dropout_on_two_ranks_draws_the_one_process_masks(tmp_path: Path, mpiexec: str, offline_data: None) -> None:
     args = ["nanogpt", "--preset", "tiny", "--steps", "4", "--set", "dropout=0.2"]  # each rank: its rows' masks
     train([*args, "--out", str(tmp_path / "one")])
@@ -169,6 +171,7 @@ def test_dropout_on_two_ranks_draws_the_one_process_masks(tmp_path: Path, mpiexe
     np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
 
 
+@pytest.mark.oracle_python  # the models' numerics, the same on any Python: 3.11 alone (noxfile)
 def test_bert_on_two_ranks_equals_one_process(tmp_path: Path, mpiexec: str, offline_data: None) -> None:
     """The masked-token mean is over the global batch's masked positions: each rank weighs its share of them."""
     args = ["bert", "--preset", "tiny", "--steps", "4"]
@@ -177,6 +180,7 @@ def test_bert_on_two_ranks_equals_one_process(tmp_path: Path, mpiexec: str, offl
     np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
 
 
+@pytest.mark.oracle_python  # the models' numerics, the same on any Python: 3.11 alone (noxfile)
 def test_moe_on_two_ranks_starts_as_one_process(tmp_path: Path, mpiexec: str, offline_data: None) -> None:
     """moe's load-balance term is a product of two batch means, computed per shard (as Switch Transformer's
     per-device term): the first step's language-model loss is the global one, later steps follow closely."""
