@@ -104,3 +104,50 @@ def test_a_jitted_step_checks_its_index_arguments_on_every_replay() -> None:
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     with pytest.raises(IndexError, match="Target 5 is out of bounds"):
         TF.cross_entropy(torch.tensor(logits), torch.tensor(bad))
+
+
+# the scatter family, one_hot and max_unpool2d: each index names a slot of its output, so one outside raises
+# (torch: RuntimeError; anneal's IndexOutOfRange is an IndexError and a RuntimeError)
+WRITES: dict[str, tuple[Callable[[Any, Any], Any], Any, Any, int]] = {
+    # name: (fn(module namespace or tensor maker, index), a bad index, a good one, the indexed size)
+    "scatter": (lambda m, i: m.zeros(2, 3).scatter(1, i, m.ones(2, 1)), [[3], [0]], [[2], [0]], 3),
+    "scatter_value": (lambda m, i: m.zeros(2, 3).scatter(1, i, value=2.0), [[0], [-1]], [[0], [1]], 3),
+    "scatter_add": (lambda m, i: m.zeros(3).scatter_add(0, i, m.ones(2)), [1, 5], [1, 1], 3),
+    "scatter_reduce": (lambda m, i: m.zeros(3).scatter_reduce(0, i, m.ones(2), "amax"), [4, 0], [2, 0], 3),
+    "one_hot": (lambda m, i: m.F.one_hot(i, 3), [0, 5], [0, 2], 3),
+    "one_hot_negative": (lambda m, i: m.F.one_hot(i, 3), [-1, 1], [2, 1], 3),
+    "max_unpool2d": (lambda m, i: m.F.max_unpool2d(m.ones(1, 1, 1, 2), i, 2), [[[[0, 9]]]], [[[[0, 7]]]], 8),
+}  # fmt: skip
+
+
+class _Anneal:
+    F = AF
+
+    @staticmethod
+    def zeros(*s: int) -> Tensor:
+        return Tensor.zeros(*s, device=DEV)
+
+    @staticmethod
+    def ones(*s: int) -> Tensor:
+        return Tensor.ones(*s, device=DEV)
+
+
+class _Torch:
+    F = TF
+    zeros, ones = torch.zeros, torch.ones
+
+
+@pytest.mark.parametrize("name", list(WRITES))
+def test_writes_through_an_index_out_of_range_raise_as_torch(name: str) -> None:
+    fn, bad, good, size = WRITES[name]
+    with pytest.raises(RuntimeError):
+        fn(_Torch, torch.tensor(bad))
+    first = bad if not isinstance(bad, list) else np.asarray(bad).ravel()[np.argmax(
+        (np.asarray(bad).ravel() < 0) | (np.asarray(bad).ravel() >= size))]  # fmt: skip
+    with pytest.raises(RuntimeError, match=rf"{name.split('_negative')[0].split('_value')[0]}: index {first} is "
+                                           rf"out of range for size {size}"):  # fmt: skip
+        fn(_Anneal, Tensor(np.asarray(bad), device=DEV)).numpy()  # a host index: raised when built
+    out = fn(_Anneal, lazy(bad))  # computed on the device: raised at the next read
+    with pytest.raises(IndexError, match=rf"index {first} is out of range for size {size} \(1 index was"):
+        out.numpy()
+    np.testing.assert_array_equal(fn(_Anneal, lazy(good)).numpy(), fn(_Torch, torch.tensor(good)).numpy())

@@ -22,6 +22,12 @@ from anneal_schedule.buffer import Buffer, read_many
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
 
+
+class IndexOutOfRange(IndexError, RuntimeError):
+    """An index outside its dimension: torch raises IndexError for indexing, embedding and targets and
+    RuntimeError for gather, scatter, one_hot and max_unpool; this is both."""
+
+
 _LOWEST = np.iinfo(np.int32).min
 _CLEAR = np.array([0, _LOWEST], np.int32)  # no index out of range; the largest bad one seen: none
 
@@ -60,7 +66,7 @@ def _check_on_host(values: np.ndarray, size: int, op: str, low: int, ignore: int
         values = values[values != ignore]
     bad = values[(values < low) | (values >= size)]
     if bad.size:
-        raise IndexError(f"{op}: index {int(bad.flat[0])} is out of range for size {size}")
+        raise IndexOutOfRange(f"{op}: index {int(bad.flat[0])} is out of range for size {size}")
 
 
 def _check_on_device(index: Tensor, size: int, op: str, low: int, ignore: int | None) -> None:
@@ -124,7 +130,7 @@ def read_checked(device: str, buffers: list[Buffer]) -> list[np.ndarray]:
         if count:
             c.state.copy_in(_CLEAR)
             waiting.extend(checks[k + 1 :])  # not reported yet: the next read reads them again
-            raise IndexError(f"{c.op}: index {largest} is out of range for size {c.size} ({count} "
+            raise IndexOutOfRange(f"{c.op}: index {largest} is out of range for size {c.size} ({count} "
                              f"{'index was' if count == 1 else 'indices were'} out of range; checked on the device, "
                              f"so raised at this read, the first after the op ran)")  # fmt: skip
     return values[len(checks) :]

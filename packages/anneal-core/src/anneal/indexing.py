@@ -212,25 +212,27 @@ def _replace(x: Tensor, new: Tensor) -> None:
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 
-def scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+def scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None, op: str = "scatter") -> Tensor:
     """torch.scatter: out[..index[i][j]..][j] = src[i][j] along dim (reduce 'add' / 'multiply' combine)."""
     if reduce is None:
-        return _scatter(x, dim, index, src, "assign", True)
+        return _scatter(x, dim, index, src, "assign", True, op)
     legacy = {"add": "sum", "multiply": "prod"}
     if reduce not in legacy:
         raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
-    return _scatter(x, dim, index, src, legacy[reduce], True)
+    return _scatter(x, dim, index, src, legacy[reduce], True, op)
 
 
-def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
+def scatter_reduce(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True,
+                   op: str = "scatter_reduce") -> Tensor:  # fmt: skip
     """torch.scatter_reduce: every src element combined into its target by sum, prod, mean, amax or amin."""
     if reduce not in SCATTER_REDUCTIONS:
         raise RuntimeError(f"scatter_reduce: reduce argument must be one of {', '.join(SCATTER_REDUCTIONS)}, got "
                            f"{reduce!r}")  # fmt: skip
-    return _scatter(x, dim, index, src, reduce, include_self)
+    return _scatter(x, dim, index, src, reduce, include_self, op)
 
 
-def _scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str, include_self: bool) -> Tensor:
+def _scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str, include_self: bool, op: str) -> Tensor:
+    """The scatter family; op names the caller in an out-of-range index's error (checked as gather's)."""
     from anneal.tensor import Tensor, where
 
     d = dim % max(x.ndim, 1) if -max(x.ndim, 1) <= dim < max(x.ndim, 1) else None
@@ -251,6 +253,7 @@ def _scatter(x: Tensor, dim: int, index: Tensor, src: Any, reduce: str, include_
         values = src._shrink([(0, i) for i in index.shape])
     values = values.cast(x.dtype)
     n = x.shape[d]
+    bounds.check_bounds(index, n, op)
     # [.., m (the index's positions along dim), n (the targets)], with the other dims of the index's extent
     onehot = index.cast(dtypes.int64).transpose(d, -1).unsqueeze(-1) == Tensor.arange(n, device=x.device)
     v = values.transpose(d, -1).unsqueeze(-1)

@@ -69,8 +69,9 @@ class ShapeError(RuntimeError, ValueError):
 
 
 class DTypeError(TypeError, NotImplementedError):
-    """An op not defined for a dtype (a bitwise op or shift of floats): torch raises NotImplementedError (a
-    RuntimeError) for most and TypeError for ``~``; this is both, and raised when the op is built."""
+    """An op not defined for a dtype (a bitwise op or shift of floats, a float index): torch raises
+    NotImplementedError or RuntimeError for most and TypeError for ``~``; this is all three, raised when the op is
+    built (NotImplementedError is a RuntimeError)."""
 
 
 # ops defined on integers only (bool too, except shifts), by torch's kernel name
@@ -1279,7 +1280,7 @@ class Tensor:
         """torch.gather: out[..i..] = self[..index[..i..]..] along dim, as a one-hot reduction."""
         d = _norm_dim(dim, self.ndim, "gather")
         if not index.dtype.is_int:
-            raise TypeError(f"gather: index must be an integer tensor, got {index.dtype.name}")
+            raise DTypeError(f"gather: index must be an integer tensor, got {index.dtype.name}")
         if index.ndim != self.ndim:
             raise ShapeError(f"gather: index has {index.ndim} dims but input has {self.ndim} (shapes {index.shape}, "
                              f"{self.shape})")  # fmt: skip
@@ -1296,7 +1297,7 @@ class Tensor:
         return indexing.scatter(self, dim, index, src if src is not None else value, reduce)
 
     def scatter_add(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor:
-        return indexing.scatter_reduce(self, dim, index, src, "sum")
+        return indexing.scatter_reduce(self, dim, index, src, "sum", op="scatter_add")
 
     def scatter_reduce(self, dim: builtins.int, index: Tensor, src: Tensor, reduce: str,
                        include_self: builtins.bool = True) -> Tensor:  # fmt: skip
@@ -1526,6 +1527,7 @@ def one_hot(t: Tensor, num_classes: int = -1) -> Tensor:
     if t.dtype.is_float:
         raise TypeError(f"one_hot: needs an integer tensor, got {t.dtype.name}")
     n = int(t.max().item()) + 1 if num_classes == -1 else num_classes
+    bounds.check_bounds(t, n, "one_hot")  # a class past num_classes (or negative) has no column: torch raises
     return (t.unsqueeze(-1) == Tensor.arange(n, device=t.device)).cast(dtypes.int64)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from anneal import bounds
+from anneal import bounds, indexing
 from anneal import random as _random
 from anneal.composite import with_gradient
 from anneal.nn.activations import (
@@ -53,7 +53,7 @@ from anneal.nn.losses import (
     reduce_loss,
     smooth_l1_loss,
 )
-from anneal.tensor import Tensor, cat, where
+from anneal.tensor import DTypeError, Tensor, cat, where
 from anneal.tensor import one_hot as _one_hot
 from anneal_ir import DType, dtypes
 
@@ -238,7 +238,7 @@ def max_unpool2d(input: Tensor, indices: Tensor, kernel_size: IntOrPair, stride:
     lead = input.shape[:-2]
     flat_in, flat_idx = input.reshape(*lead, -1), indices.reshape(*lead, -1)
     plane = Tensor.zeros(*lead, out[0] * out[1], dtype=input.dtype, device=input.device)
-    scattered = plane.scatter(-1, flat_idx, flat_in)
+    scattered = indexing.scatter(plane, -1, flat_idx, flat_in, op="max_unpool2d")
     # overlapping windows repeat an index; torch's backward gives each of them the whole gradient there
     scattered = with_gradient(scattered, (flat_in, flat_idx), _unpool_gradient)
     return scattered.reshape(*lead, *out)
@@ -393,7 +393,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-d (num_embeddings, dim), got shape {weight.shape}")
     if input.dtype.is_float:
-        raise TypeError(f"embedding: indices must be an integer tensor, got {input.dtype.name}")
+        raise DTypeError(f"embedding: indices must be an integer tensor, got {input.dtype.name}")
     if max_norm is not None:
         raise NotImplementedError("embedding: max_norm renormalizes the weight in place; anneal tensors are immutable")
     if scale_grad_by_freq:
