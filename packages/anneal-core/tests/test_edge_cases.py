@@ -63,6 +63,37 @@ VALUES: dict[str, Callable[[Any, Any], Any]] = {
     "int ** 2 stays int": lambda m, T: T(np.array([2, 3])) ** 2,
     "NaN >= x is false": lambda m, T: T(np.array([np.nan, 1.0, 0.0], np.float32)) >= 0,
     "NaN <= x is false": lambda m, T: T(np.array([np.nan, 1.0, 0.0], np.float32)) <= T(np.float32(np.nan)),
+    # prod(dtype=): the product taken in that dtype, wrapping as torch's
+    "int32 prod(dtype=uint8) wraps": lambda m, T: T(np.array([3, 200, 7, 1], np.int32)).prod(dtype=m.uint8),
+    "uint8 prod(dtype=int32)": lambda m, T: T(np.array([3, 200, 7], np.uint8)).prod(dtype=m.int32),
+    "int8 prod(dim, dtype=int32)": lambda m, T: T(np.array([[3, -56], [7, 2]], np.int8)).prod(1, dtype=m.int32),
+    "float prod(dtype=int32)": lambda m, T: T(np.array([3.5, 2.0, -4.0], np.float32)).prod(0, dtype=m.int32),
+    "int32 prod(keepdim, dtype=bool)": lambda m, T: T(np.array([[3, 0], [7, 1]], np.int32)).prod(1, True, dtype=m.bool),
+    "bool prod(dtype=uint8)": lambda m, T: T(np.array([True, True])).prod(dtype=m.uint8),
+    "bool prod": lambda m, T: T(np.array([[True, False], [True, True]])).prod(1),
+    "int32 prod is int64": lambda m, T: T(np.array([2**10, 2**10], np.int32)).prod(),
+    # zero-size dims: empty results (and NaN for var/std, -inf for logsumexp), as torch's
+    **{
+        f"{name} over a size-0 dim": fn
+        for name, fn in {
+            "softmax": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).softmax(1),
+            "log_softmax": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).log_softmax(1),
+            "logsumexp": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).logsumexp(1),
+            "logsumexp keepdim": lambda m, T: T(np.zeros((3, 0), np.float32)).logsumexp(1, keepdim=True),
+            "cumprod": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).cumprod(1),
+            "cumprod of ints": lambda m, T: T(np.zeros((0, 2), np.int32)).cumprod(0),
+            "cummax": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).cummax(1),
+            "cummax indices": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).cummax(1)[1],
+            "cummin indices": lambda m, T: T(np.zeros((0, 2), np.int32)).cummin(0)[1],
+            "logcumsumexp": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).logcumsumexp(1),
+            "var": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).var(1),
+            "std": lambda m, T: T(np.zeros((3, 0, 2), np.float32)).std(1),
+            "var keepdim": lambda m, T: T(np.zeros((3, 0), np.float32)).var(1, keepdim=True),
+            "var of all": lambda m, T: T(np.zeros((0, 2), np.float32)).var(),
+            "std_mean": lambda m, T: m.std_mean(T(np.zeros((3, 0), np.float32)), 1)[0],
+            "prod": lambda m, T: T(np.zeros((3, 0), np.float32)).prod(1),
+        }.items()
+    },
 }
 
 
@@ -81,7 +112,18 @@ ERRORS: dict[str, tuple[Callable[[Any, Any], Any], type[Exception], str]] = {
     "cumsum(1) of 0-d": (lambda m, T: T(np.array(3.0)).cumsum(1), IndexError, "out of range"),
     "a float index tensor": (lambda m, T: T(np.arange(3.0))[T(np.array([1.0]))], IndexError, "indices"),
     "triu of 1-d": (lambda m, T: T(np.ones(3)).triu(), RuntimeError, "at least 2 dimensions"),
+    "amax over a size-0 dim": (lambda m, T: T(np.zeros((0, 3))).amax(0), IndexError, "empty dim"),
+    "argmax over a size-0 dim": (lambda m, T: T(np.zeros((0, 3))).argmax(0), IndexError, "empty dim"),
+    "logcumsumexp of ints": (lambda m, T: T(np.array([1, 2])).logcumsumexp(0), NotImplementedError, "floating"),
 }  # fmt: skip
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "cumprod", "logcumsumexp", "var", "prod"])
+def test_results_over_a_size_0_dim_require_grad_as_torchs(op: str) -> None:
+    data = np.zeros((3, 0), np.float32)
+    got = getattr(ours(data).requires_grad_(), op)(1)
+    want = getattr(theirs(data).requires_grad_(), op)(1)
+    assert got.requires_grad and want.requires_grad and tuple(got.shape) == tuple(want.shape)
 
 
 @pytest.mark.parametrize("name", list(ERRORS))

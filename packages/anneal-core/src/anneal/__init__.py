@@ -40,6 +40,10 @@ def from_numpy(array: object) -> Tensor:
     return Tensor(array)
 
 
+# torch's name (torch.bool) beside numpy's bool_; set through globals() so this module's own annotations keep
+# Python's bool
+globals()["bool"] = dtypes.bool
+
 __all__ = ["DType", "Tensor", "Variable", "argsort", "cat", "cummax", "cummin", "cumprod", "dtypes", "einsum",
            "enable_grad", "from_numpy", "hookimpl", "is_grad_enabled", "jvp", "linspace", "logcumsumexp",
            "manual_seed", "matmul", "meshgrid", "no_grad", "set_grad_enabled", "sort", "stack", "std_mean", "tensor",

@@ -86,11 +86,18 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     return ValuesIndices(values._shrink(keep), indices._shrink(keep))
 
 
+def _empty_dim(x: Tensor, d: int) -> bool:
+    """A scan along a size-0 dim: its result is as empty as its input (torch's), with nothing to compute."""
+    return x.ndim > 0 and x.shape[d] == 0
+
+
 def _running(x: Tensor, dim: int, op: str) -> ValuesIndices:
     """cummax / cummin: the extreme of elements 0..i and the last index holding it (NaN, once seen, wins)."""
     from anneal.tensor import Tensor, ValuesIndices, where
 
     d = _dim(x, dim, op)
+    if _empty_dim(x, d):
+        return ValuesIndices(x * 1, Tensor.zeros(*x.shape, dtype=dtypes.int64, device=x.device))
     v = _last(x, d)
     n = v.shape[-1]
     key = _comparable(v)
@@ -128,6 +135,8 @@ def cumprod(x: Tensor, dim: int, dtype: object = None) -> Tensor:
         v = v.cast(dtypes.from_any(dtype))
     elif not v.dtype.is_float:
         v = v.cast(dtypes.int64)  # torch: integers accumulate in int64
+    if _empty_dim(x, d):
+        return _back(v, x, d)
     n = v.shape[-1]
     position = Tensor.arange(n, device=x.device)
     upto = position.reshape(1, n) <= position.reshape(n, 1)
@@ -136,10 +145,14 @@ def cumprod(x: Tensor, dim: int, dtype: object = None) -> Tensor:
 
 def logcumsumexp(x: Tensor, dim: int) -> Tensor:
     """out[i] = log(exp(x[0]) + ... + exp(x[i])), stably: a logsumexp over the masked rows."""
-    from anneal.tensor import Tensor, where
+    from anneal.tensor import DTypeError, Tensor, where
 
     d = _dim(x, dim, "logcumsumexp")
-    v = _last(x, d)._float()
+    if not x.dtype.is_float:
+        raise DTypeError(f"logcumsumexp is only implemented for floating point tensors, got {x.dtype.name}")
+    v = _last(x, d)
+    if _empty_dim(x, d):
+        return _back(v, x, d)
     n = v.shape[-1]
     position = Tensor.arange(n, device=x.device)
     upto = position.reshape(1, n) <= position.reshape(n, 1)

@@ -1109,10 +1109,11 @@ class Tensor:
         product is, and its gradient at a zero factor is the product of the others); integers and bools give
         int64 unless dtype says otherwise, as sum."""
         axis = dim if dim is not None else axis
-        if dtype is not None:
-            return self.cast(dtype).prod(axis, keepdim)
-        if not self.dtype.is_float and self.dtype != dtypes.int64:
-            return self.cast(dtypes.int64).prod(axis, keepdim)
+        acc = dtypes.from_any(dtype) if dtype is not None else self.dtype if self.dtype.is_float else dtypes.int64
+        return self.cast(acc)._prod(axis, keepdim)
+
+    def _prod(self, axis: Any, keepdim: builtins.bool) -> Tensor:
+        """The product in self's dtype (an integer one wraps, a bool one is all())."""
         axes = self._axes(axis, "prod")
         rest = [d for d in range(self.ndim) if d not in axes]
         x = self.permute(*rest, *axes).reshape(*(self.shape[d] for d in rest), -1) if self.ndim else self.reshape(1)
@@ -1120,7 +1121,9 @@ class Tensor:
         if not isinstance(n, builtins.int):
             raise NotImplementedError(f"prod over a symbolic size {render_shape(self.shape)}")
         if n == 0:
-            x, n = Tensor.ones(*x.shape[:-1], 1, dtype=self.dtype, device=self.device), 1
+            # a product of nothing is 1; a float one stays a function of x (a result that requires grad, as torch)
+            one = Tensor.ones(*x.shape[:-1], 1, dtype=self.dtype, device=self.device)
+            x, n = (x.sum(-1, keepdim=True) * 0 + one if self.dtype.is_float else one), 1
         while n > 1:  # multiply the halves; an odd last element waits for the next round
             h = n // 2
             paired = x[..., :h] * x[..., h : 2 * h]
@@ -1140,8 +1143,17 @@ class Tensor:
     def _amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
         """The MAX reduction alone: where a NaN needs no care (a stabilizing shift, argmax's own NaN test)."""
         if any(self.shape[a] == 0 for a in self._axes(dim, "amax")):
-            raise RuntimeError(f"amax: cannot reduce over an empty dim of shape {self.shape} (max has no identity)")
+            raise _EmptyReduction(f"amax: cannot reduce over an empty dim of shape {self.shape} (a max of no "
+                                  "elements has no value)")  # fmt: skip
         return self._reduce(Ops.MAX, dim, keepdim, "amax")
+
+    def _shift(self, dim: Any) -> Tensor:
+        """The stabilizing shift of softmax and logsumexp: the max along dim (kept), without a gradient; over
+        a size-0 dim, -inf (there is nothing to shift, and a max of nothing has no value)."""
+        if any(self.shape[a] == 0 for a in self._axes(dim, "softmax")):
+            shape = tuple(1 if a in self._axes(dim, "softmax") else s for a, s in enumerate(self.shape))
+            return Tensor.full(shape, -math.inf, self.dtype, self.device)
+        return self._amax(dim, keepdim=True).detach()
 
     def amin(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
         if self.dtype == dtypes.bool:
@@ -1189,6 +1201,9 @@ class Tensor:
         axes = self._axes(axis, "var")
         n = sprod(self.shape[a] for a in axes) if self.ndim else 1
         x = self._float()
+        if isinstance(n, builtins.int) and n == 0:  # no elements: NaN (a sum of nothing times inf would fold to 0)
+            shape = tuple(1 if a in axes else s for a, s in enumerate(self.shape) if keepdim or a not in axes)
+            return Tensor.full(shape, math.nan, x.dtype, self.device) + x.sum(axes, keepdim) * 0
         sq = (x - x.mean(axes, keepdim=True)).square().sum(axes, keepdim)
         if isinstance(n, UOp):
             return sq * (self._size_tensor(n, x.dtype) - correction).reciprocal()
@@ -1230,19 +1245,19 @@ class Tensor:
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float()
-        m = x._amax(axis, keepdim=True).detach()
+        m = x._shift(axis)
         m = where(m.abs() == math.inf, 0.0, m)
         out = (x - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
 
     def softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        e = (x - x._amax(dim, keepdim=True).detach()).exp()
+        e = (x - x._shift(dim)).exp()
         return e / e.sum(dim, keepdim=True)
 
     def log_softmax(self, dim: builtins.int = -1, dtype: DType | str | None = None) -> Tensor:
         x = self.cast(dtype) if dtype is not None else self._float()
-        shifted = x - x._amax(dim, keepdim=True).detach()
+        shifted = x - x._shift(dim)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     def cumsum(self, dim: builtins.int = 0) -> Tensor:
@@ -1389,6 +1404,10 @@ class Tensor:
         keep = Tensor.arange(c, device=self.device).reshape(1, c) >= Tensor.arange(r, device=self.device).reshape(
             r, 1) + diagonal  # fmt: skip
         return where(keep, self, False if self.dtype == dtypes.bool else 0)
+
+
+class _EmptyReduction(IndexError, RuntimeError):
+    """A max, min or arg-extreme over a size-0 dim: torch raises IndexError (anneal raised RuntimeError)."""
 
 
 def _check_integer_op(op: Ops, dtype: DType) -> None:
