@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -166,3 +169,25 @@ def test_training_piped_into_head_still_finishes_its_run(tmp_path: Path) -> None
         assert rows[-1].split(",")[0] == steps  # every step ran
         assert (run / "summary.txt").read_text().startswith("mlp: eval loss")
         (run / "summary.txt").unlink()
+
+
+def test_the_readme_lists_every_option_of_every_command(cli: AnnealGroup) -> None:
+    """The README's command table names each built-in command's visible options in its first column."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    firsts = [line.split(" | ")[0] for line in readme.splitlines() if line.startswith("| `")]
+
+    def leaves(command: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from leaves(sub, f"{path} {name}".strip())
+        else:
+            yield path, command
+
+    missing = {}
+    for path, command in leaves(cli, ""):
+        row = " ".join(f for f in firsts if re.search(rf"`(mpiexec -n N )?anneal {re.escape(path)}[ `]", f))
+        absent = [p.opts[0] for p in command.params
+                  if isinstance(p, click.Option) and not p.hidden and not any(o in row for o in p.opts)]  # fmt: skip
+        if not row or absent:
+            missing[path] = absent or "no row"
+    assert missing == {}

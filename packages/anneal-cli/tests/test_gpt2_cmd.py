@@ -78,6 +78,8 @@ def test_offline_without_the_weights_names_the_download(cli: AnnealGroup, runner
     monkeypatch.setenv("ANNEAL_OFFLINE", "1")
     result = runner.invoke(cli, ["gpt2", "sample", "hi", "--device", "cpu"])
     assert result.exit_code == 1 and "anneal download gpt2" in result.output
+    assert "or pass `anneal gpt2 sample --weights DIR` (a Hugging Face GPT-2 folder" in result.stderr  # its own flag
+    assert "--data" not in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_fine_tune_run_folder_sample_and_resume(cli: AnnealGroup, runner: CliRunner, tmp_path: Path,

@@ -124,6 +124,41 @@ def test_bad_mirrors(cli: AnnealGroup, runner: CliRunner, monkeypatch: pytest.Mo
         assert result.stderr.startswith("anneal: error: ANNEAL_MIRROR: the mirror 'ftp://mirror.example/data' is a")
 
 
+# ------------------------------------------------------------------------------ sample and score read the run's data
+
+
+def test_a_run_trained_offline_with_data_samples_and_scores_offline(
+    cli: AnnealGroup, runner: CliRunner, empty_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`anneal sample` and `anneal score` take --data and --mirror as `anneal train` does; without them a missing
+    file's message names the command's own --data."""
+    monkeypatch.setenv("ANNEAL_OFFLINE", "1")
+    run = tmp_path / "gpt"
+    assert runner.invoke(cli, [*NANOGPT, "--data", str(TEXT), "--out", str(run)]).exit_code == 0
+    args = ["sample", "nanogpt", "--checkpoint", str(run), "--device", "cpu", "--max-tokens", "8", "--prompt", "A"]
+    missing = runner.invoke(cli, args)
+    assert missing.exit_code == 1 and len(missing.stderr.splitlines()) == 1, missing.output
+    assert "or pass `anneal sample --data PATH`, or set ANNEAL_MIRROR" in missing.stderr
+    assert "anneal train" not in missing.stderr
+    given = runner.invoke(cli, [*args, "--data", str(TEXT)])
+    assert given.exit_code == 0, given.output
+    assert not (empty_cache / "tinyshakespeare").exists()  # --data: read where it is, not copied
+    assert runner.invoke(cli, [*args, "--mirror", str(SHARED)]).stdout == given.stdout
+    wrong = runner.invoke(cli, [*args, "--data", str(SHARED / "digits")])
+    assert wrong.exit_code == 2 and "Invalid value for --data" in wrong.stderr
+
+    digits = tmp_path / "meanflow"
+    trained = runner.invoke(cli, ["train", "meanflow", "--preset", "tiny", "--steps", "1", "--device", "cpu",
+                                  "--plain", "--data", str(SHARED / "digits"), "--out", str(digits)])  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    score = ["score", str(digits), "--samples", "20", "--device", "cpu", "--json"]
+    scored = runner.invoke(cli, [*score, "--data", str(SHARED / "digits")])
+    assert scored.exit_code == 0 and '"samples": 20' in scored.stdout, scored.output
+    assert runner.invoke(cli, score).stdout == scored.stdout  # the scorer ships its real images: no data needed
+    wrong = runner.invoke(cli, [*score, "--data", str(TEXT)])
+    assert wrong.exit_code == 2 and "Invalid value for --data" in wrong.stderr
+
+
 # ------------------------------------------------------------------------------ only what an installed model reads
 
 

@@ -11,7 +11,7 @@ import click
 from anneal.registry import AUTO, get_backend, resolve_device
 from anneal_cli.errors import CommandError
 from anneal_cli.params import FiniteFloat
-from anneal_cli.train import check_device
+from anneal_cli.train import check_device, naming_own_flag
 
 
 @click.group()
@@ -43,8 +43,11 @@ def sample(prompt: str, max_tokens: int, temperature: float, top_k: int | None, 
     check_device(device)
     resolved, _ = resolve_device(device)
     resolved, _ = get_backend(resolved)
+    # offline without the pinned weights: the hint names --weights (a folder), this command's own copy
+    own = "`anneal gpt2 sample --weights DIR` (a Hugging Face GPT-2 folder: config.json, model.safetensors)"
     try:
-        net, bpe = model.load(weights, resolved, dtype)
+        with naming_own_flag(own, detail=False):
+            net, bpe = model.load(weights, resolved, dtype)
     except model.WeightsError as exc:
         if weights is not None and "not GPT-2" in str(exc):
             raise click.BadParameter(str(exc), param_hint="--weights") from None

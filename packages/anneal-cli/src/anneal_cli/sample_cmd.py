@@ -1,7 +1,8 @@
 """`anneal sample <model> --checkpoint RUN`: generate from a trained run (a run folder or its checkpoint).
 
 Language models print text (--prompt, --max-tokens, --temperature, --top-k, --greedy); image generators
-(diffusion, dit, meanflow) write a labelled PNG grid (--out, --class, --steps, --cfg, --per-row).
+(diffusion, dit, meanflow) write a labelled PNG grid (--out, --class, --steps, --cfg, --per-row). A model that
+reads its dataset to sample (nanogpt: its vocabulary) takes --data and --mirror as `anneal train` does.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import click
 
 from anneal.registry import AUTO, get_backend, plugins, resolve_device
 from anneal_cli.params import FiniteFloat
-from anneal_cli.runs import atomic_write, read_run
-from anneal_cli.train import check_device, find_model, load_checkpoint
+from anneal_cli.runs import SavedRun, atomic_write, read_run
+from anneal_cli.train import DATA_OPTION, MIRROR_OPTION, check_device, command_data, find_model, load_checkpoint
+from anneal_ir.plugins import ModelEntry
 
 TEXT_ONLY = ("prompt", "max_tokens", "temperature", "top_k", "greedy")
 IMAGE_ONLY = ("out", "label", "steps", "cfg", "per_row")
@@ -37,11 +39,19 @@ IMAGE_ONLY = ("out", "label", "steps", "cfg", "per_row")
               help="Image models: samples per class (a row each).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default=AUTO, show_default=True)
-def sample(model: str, where: Path, seed: int, device: str, **options: Any) -> None:
+@DATA_OPTION
+@MIRROR_OPTION
+def sample(model: str, where: Path, seed: int, device: str, data_path: Path | None, mirror: str | None,
+           **options: Any) -> None:  # fmt: skip
     """Generate from MODEL trained in a run folder: text, or a PNG grid of images."""
     entry = find_model(model)
     check_device(device)
     saved = read_run(where if where.is_dir() else where.parent, entry.name)
+    with command_data("sample", entry.name, dict(saved.config), data_path, mirror):
+        _sample(model, entry, saved, seed, device, options)
+
+
+def _sample(model: str, entry: ModelEntry, saved: SavedRun, seed: int, device: str, options: dict[str, Any]) -> None:
     config = dict(saved.config)
     resolved, _ = resolve_device(device)
     resolved, _ = get_backend(resolved)

@@ -14,6 +14,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -49,6 +50,22 @@ DEFAULT_PRESET = "small"  # PRODUCT.md: small is the default, when a model defin
 FALLBACKS = {"steps": 100, "seed": 0}  # for models whose defaults leave them out
 SHOWN = ("preset", "steps", "batch", "lr", "seed")  # the settings the first line names
 INTERRUPTED = 130  # the shell's code for a process stopped by SIGINT (128 + 2)
+
+
+# --data and --mirror, the same on every command that reads a model's dataset (train, sample, score)
+DATA_OPTION = click.option(
+    "--data",
+    "data_path",
+    type=click.Path(exists=True, path_type=Path),
+    help="Take the dataset from this file or folder (e.g. tinyshakespeare's input.txt, or a folder laid out like "
+    "the cache), checked against its pinned sha256, instead of the cache or the network.",
+)
+MIRROR_OPTION = click.option(
+    "--mirror",
+    metavar="URL",
+    callback=lambda ctx, param, value: check_mirror(value),
+    help="Download missing data from <URL>/<file>: http(s)://, file:///FOLDER or a folder (default: ANNEAL_MIRROR).",
+)
 
 
 def find_model(name: str) -> ModelEntry:
@@ -268,19 +285,8 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
     help="Continue the run in this folder from its checkpoint (up to --steps).",
 )
 @click.option("--dataset", help="The dataset, for models that take several (vit, resnet9: digits, cifar10, ...).")
-@click.option(
-    "--data",
-    "data_path",
-    type=click.Path(exists=True, path_type=Path),
-    help="Take the dataset from this file or folder (e.g. tinyshakespeare's input.txt, or a folder laid out like "
-    "the cache), checked against its pinned sha256, instead of the cache or the network.",
-)
-@click.option(
-    "--mirror",
-    metavar="URL",
-    callback=lambda ctx, param, value: check_mirror(value),
-    help="Download missing data from <URL>/<file>: http(s)://, file:///FOLDER or a folder (default: ANNEAL_MIRROR).",
-)
+@DATA_OPTION
+@MIRROR_OPTION
 @click.option(
     "--set",
     "settings",
@@ -661,6 +667,34 @@ def local_data(model: str, config: dict[str, Any], path: Path) -> dict[str, Path
         return data.local_files(path, needed)
     except data.DataError as exc:
         raise click.BadParameter(" ".join(str(exc).split()), param_hint="--data") from None
+
+
+# How anneal.data's failed downloads name the way to pass one's own copy; other commands name their own flag.
+_TRAIN_DATA = re.compile(r"`anneal train --data PATH`( \(the file, or a folder holding it\))?")
+
+
+@contextlib.contextmanager
+def naming_own_flag(flag: str, detail: bool = True) -> Iterator[None]:
+    """A data error in the block names `flag` (e.g. "`anneal sample --data PATH`") where anneal.data's message
+    names train's --data; `detail` keeps its "(the file, or a folder holding it)"."""
+    try:
+        yield
+    except data.DataError as exc:
+        if isinstance(exc, ValueError):
+            raise  # a bad mirror: the command's usage error, as it was
+        text = _TRAIN_DATA.sub(lambda m: flag + ((m.group(1) or "") if detail else ""), one_line(exc))
+        raise CommandError(text) from None
+
+
+@contextlib.contextmanager
+def command_data(command: str, model: str, config: dict[str, Any], data_path: Path | None,
+                 mirror: str | None) -> Iterator[None]:  # fmt: skip
+    """For a command that reads a run's data (sample, score): its --data copy and --mirror (else ANNEAL_MIRROR),
+    as `anneal train` takes them, and failed downloads that name this command's --data."""
+    local = local_data(model, config, data_path) if data_path is not None else {}
+    check_env_mirror()
+    with data.sources(files=local, mirror=mirror), naming_own_flag(f"`anneal {command} --data PATH`"):
+        yield
 
 
 def completed_config(config: dict[str, Any], trainer: Any) -> dict[str, Any]:
