@@ -100,6 +100,28 @@ def test_doctor_without_a_vulkan_driver_names_the_fix() -> None:
     assert result.stderr.strip().splitlines()[-1].startswith("anneal: error: no Vulkan/Metal/D3D12 adapter found")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Mesa's runtime-directory check is Linux's")
+def test_no_xdg_runtime_dir_noise_from_doctor_or_a_webgpu_training(adapter: object, tmp_path: Path) -> None:
+    """Without a usable XDG_RUNTIME_DIR, Mesa's Vulkan drivers print an error line on every start; anneal gives
+    the process a private one before the loader starts (anneal_wgpu/loader.py), so its commands print none."""
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR" and not k.startswith("ANNEAL_")}
+    env["TMPDIR"] = str(tmp_path)  # where the private runtime folder goes: this test's own
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+
+    raw = run(sys.executable, "-c", "import wgpu; wgpu.gpu.enumerate_adapters_sync()")  # wgpu without anneal
+    if "XDG_RUNTIME_DIR" not in raw.stderr:
+        pytest.skip("this Vulkan driver prints nothing about XDG_RUNTIME_DIR: nothing to hide")
+    anneal = [sys.executable, "-m", "anneal_cli.main"]
+    doctor = run(*anneal, "doctor")
+    assert doctor.returncode == 0 and "webgpu:0" in doctor.stdout, doctor.stdout + doctor.stderr
+    train = run(*anneal, "train", "mlp", "--device", "webgpu", "--steps", "2", "--plain")
+    assert train.returncode == 0 and "step 2/2" in train.stdout, train.stdout + train.stderr
+    for result in (doctor, train):
+        assert [line for line in result.stderr.splitlines() if "XDG_RUNTIME_DIR" in line] == []
+
+
 def test_doctor_names_the_cpu_compiler_or_the_fix(
     cli: AnnealGroup, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
