@@ -2,14 +2,14 @@
 
 The compiler is ``cc`` (or ANNEAL_CPU_CC); without one the numpy renderer runs every kernel.
 Libraries live in ``<cache>/cpu-kernels/<sha256 of source and flags>.so``, written under a
-temporary name and renamed into place, so concurrent runs never load half a file.
+temporary name and committed into place (anneal_ir.files: fsync, rename, folder fsync), so concurrent runs
+never load half a file.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -17,6 +17,8 @@ import weakref
 from pathlib import Path
 
 import numpy as np
+
+from anneal_ir.files import commit
 
 # -ffp-contract=off: no fused multiply-adds, so every float op rounds as numpy's does (a value recomputed
 # in another kernel compares equal, as max's gradient needs)
@@ -66,7 +68,7 @@ class Compiler:
                                   capture_output=True, text=True)  # fmt: skip
             if done.returncode != 0:
                 raise CompileError(f"{self.command} failed on a rendered kernel:\n{done.stderr}\n{source}")
-            os.replace(so_file, lib)
+            commit(so_file, lib)  # fsynced before the rename: another process may load it at once
         self.compiled += 1
 
 

@@ -9,8 +9,6 @@ repeatedly would change the result.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anneal_ir import Ops, UOp
+from anneal_ir.files import atomic_write
 from anneal_schedule.heuristic import candidate_opts
 from anneal_schedule.opt import Opt
 
@@ -55,10 +54,7 @@ class BeamCache:
     def put(self, key: str, opts: tuple[Opt, ...]) -> None:
         self.entries[key] = {"opts": [o.as_data() for o in opts]}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".beam")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.entries, f)
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(self.entries).encode())
 
 
 def agrees(got: np.ndarray, reference: np.ndarray) -> bool:

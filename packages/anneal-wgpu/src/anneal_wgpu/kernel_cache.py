@@ -10,11 +10,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from anneal_ir import UOp, dtypes
+from anneal_ir.files import atomic_write
 from anneal_schedule.opt import Opt
 from anneal_wgpu.render import Kernel
 
@@ -60,9 +59,6 @@ class KernelCache:
              "bindings": [[a, t.name, w] for a, t, w in kernel.bindings]}  # fmt: skip
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".kernel")
-            with os.fdopen(fd, "w") as f:
-                json.dump(d, f)
-            os.replace(tmp, self._path(ast, opts, f16))
+            atomic_write(self._path(ast, opts, f16), json.dumps(d).encode())
         except OSError:  # a read-only cache: kernels are just rendered again
             pass
