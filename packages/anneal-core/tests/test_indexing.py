@@ -110,7 +110,7 @@ def test_errors_as_torch() -> None:
         x[np.array([True, False, True])]
     with pytest.raises(IndexError, match="single ellipsis"):
         x[..., 0, ...]
-    with pytest.raises(ValueError, match="cannot be broadcast to the selection"):
+    with pytest.raises(RuntimeError, match="cannot be broadcast to the selection"):
         x[0] = Tensor(np.ones((2, 2), np.float32), device=DEV)
     w = Tensor([1.0, 2.0], device=DEV, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):

@@ -242,7 +242,7 @@ def test_numpy_item_tolist() -> None:
     assert t(np.array(3, dtype=np.int64)).item() == 3 and isinstance(t(np.array(3)).item(), int)
     assert isinstance(t(np.float32(1.5)).item(), float)
     assert x.sum().item() == pytest.approx(float(arr.sum()))
-    with pytest.raises(ValueError):
+    with pytest.raises(RuntimeError):
         x.item()
     assert x.shape == (2, 3) and x.dtype == dtypes.float32 and x.ndim == 2 and x.numel() == 6
     assert (x + 1).shape == (2, 3) and x.T.shape == (3, 2)
@@ -1116,7 +1116,7 @@ def test_the_gradient_of_max_values_reaches_the_chosen_elements() -> None:
 ])  # fmt: skip
 def test_elementwise_shape_mismatch_names_op_and_shapes(opname: str, fn: Fn) -> None:
     a, b = Tensor.zeros(2, 3, device=DEV), Tensor.ones(4, 3, device=DEV)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(RuntimeError) as e:
         fn(a, b)  # graph build: nothing is realized
     msg = str(e.value)
     assert opname in msg and "(2, 3)" in msg and "(4, 3)" in msg, msg
@@ -1124,7 +1124,7 @@ def test_elementwise_shape_mismatch_names_op_and_shapes(opname: str, fn: Fn) -> 
 
 def test_where_shape_mismatch() -> None:
     c, a, b = Tensor.zeros(2, 3, device=DEV) > 0, Tensor.zeros(2, 3, device=DEV), Tensor.zeros(5, device=DEV)
-    with pytest.raises(ValueError, match=r"where.*\(2, 3\).*\(5,\)"):
+    with pytest.raises(RuntimeError, match=r"where.*\(2, 3\).*\(5,\)"):
         anneal.where(c, a, b)
 
 
@@ -1135,7 +1135,7 @@ def test_where_shape_mismatch() -> None:
 )
 def test_matmul_shape_mismatch(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
     a, b = Tensor.zeros(*sa, device=DEV), Tensor.zeros(*sb, device=DEV)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(RuntimeError) as e:
         a @ b
     msg = str(e.value)
     assert "matmul" in msg and str(sa) in msg and str(sb) in msg, msg
@@ -1143,7 +1143,7 @@ def test_matmul_shape_mismatch(sa: tuple[int, ...], sb: tuple[int, ...]) -> None
 
 @pytest.mark.parametrize("new", [(4, 2), (-1, 4), (7,), (-1, -1)], ids=str)
 def test_reshape_invalid(new: tuple[int, ...]) -> None:
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(RuntimeError) as e:
         Tensor.zeros(2, 3, device=DEV).reshape(new)
     msg = str(e.value)
     assert "reshape" in msg and "(2, 3)" in msg, msg

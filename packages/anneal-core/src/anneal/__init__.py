@@ -2,6 +2,7 @@
 
 from anneal.autograd import jvp
 from anneal.einsum import einsum
+from anneal.errors import DTypeError, IndexOutOfRange, ShapeError
 from anneal.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from anneal.order import argsort, cummax, cummin, cumprod, logcumsumexp, sort, topk
 from anneal.random import manual_seed
@@ -44,7 +45,7 @@ def from_numpy(array: object) -> Tensor:
 # Python's bool
 globals()["bool"] = dtypes.bool
 
-__all__ = ["DType", "Tensor", "Variable", "argsort", "cat", "cummax", "cummin", "cumprod", "dtypes", "einsum",
-           "enable_grad", "from_numpy", "hookimpl", "is_grad_enabled", "jvp", "linspace", "logcumsumexp",
-           "manual_seed", "matmul", "meshgrid", "no_grad", "set_grad_enabled", "sort", "stack", "std_mean", "tensor",
-           "topk", "var_mean", "where"]  # fmt: skip
+__all__ = ["DType", "DTypeError", "IndexOutOfRange", "ShapeError", "Tensor", "Variable", "argsort", "cat",
+           "cummax", "cummin", "cumprod", "dtypes", "einsum", "enable_grad", "from_numpy", "hookimpl",
+           "is_grad_enabled", "jvp", "linspace", "logcumsumexp", "manual_seed", "matmul", "meshgrid", "no_grad",
+           "set_grad_enabled", "sort", "stack", "std_mean", "tensor", "topk", "var_mean", "where"]  # fmt: skip

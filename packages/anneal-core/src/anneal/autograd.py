@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from anneal.errors import ShapeError
 from anneal.realize import wait_for_writes
 from anneal_autodiff import compute_gradient, compute_tangents
 from anneal_autodiff.build import full
@@ -67,7 +68,7 @@ def untrack_leaf(t: Tensor) -> None:
 def _seed(out: Tensor, gradient: Tensor | None) -> Any:
     if gradient is not None:
         if gradient.shape != out.shape:
-            raise ValueError(f"backward: gradient shape {gradient.shape} does not match output shape {out.shape}")
+            raise ShapeError(f"backward: gradient shape {gradient.shape} does not match output shape {out.shape}")
         return gradient.cast(out.dtype).uop
     if out.numel() != 1:
         raise RuntimeError(f"backward: grad can be implicitly created only for scalar outputs, got shape {out.shape};"
@@ -115,10 +116,10 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Tensor], tangents: Sequence[Te
 
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
-        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+        raise ShapeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
     for p, t in zip(primals, tangents):
         if p.shape != t.shape:
-            raise ValueError(f"jvp: primal shape {p.shape} and tangent shape {t.shape} differ")
+            raise ShapeError(f"jvp: primal shape {p.shape} and tangent shape {t.shape} differ")
     token = _forward_mode.set(_forward_mode.get() + 1)
     try:
         out = fn(*primals)

@@ -16,16 +16,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from anneal.errors import IndexOutOfRange
 from anneal_ir import Ops, UOp, dtypes
 from anneal_schedule.buffer import Buffer, read_many
 
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
-
-
-class IndexOutOfRange(IndexError, RuntimeError):
-    """An index outside its dimension: torch raises IndexError for indexing, embedding and targets and
-    RuntimeError for gather, scatter, one_hot and max_unpool; this is both."""
 
 
 _LOWEST = np.iinfo(np.int32).min

@@ -10,6 +10,8 @@ from __future__ import annotations
 import string
 from typing import TYPE_CHECKING, Any
 
+from anneal.errors import ShapeError
+
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
 
@@ -22,7 +24,7 @@ def _parse(equation: str, operands: tuple[Tensor, ...]) -> tuple[list[str], str]
     inputs, arrow, output = eq.partition("->")
     terms = inputs.split(",")
     if len(terms) != len(operands):
-        raise ValueError(f"einsum: the equation {equation!r} names {len(terms)} operands, {len(operands)} given")
+        raise ShapeError(f"einsum: the equation {equation!r} names {len(terms)} operands, {len(operands)} given")
     spare = iter(sorted(set("αβγδεζηθικλμνξοπρστυφχψω") - set(eq)))  # letters for the ellipsis' dims
     ellipsis_dims = 0
     for term, x in zip(terms, operands):
@@ -33,20 +35,20 @@ def _parse(equation: str, operands: tuple[Tensor, ...]) -> tuple[list[str], str]
     for term, x in zip(terms, operands):
         bad = set(term.replace("...", "")) - LETTERS
         if bad:
-            raise ValueError(f"einsum: {''.join(sorted(bad))!r} in {equation!r} is not a letter")
+            raise ShapeError(f"einsum: {''.join(sorted(bad))!r} in {equation!r} is not a letter")
         named = len(term.replace("...", ""))
         own = x.ndim - named
         letters = term.replace("...", dots[ellipsis_dims - own :] if own > 0 else "") if "..." in term else term
         if len(letters) != x.ndim:
-            raise ValueError(f"einsum: operand {term!r} has {x.ndim} dims, shape {tuple(x.shape)}")
+            raise ShapeError(f"einsum: operand {term!r} has {x.ndim} dims, shape {tuple(x.shape)}")
         spelled.append(letters)
     if arrow:
         out = output.replace("...", dots)
         unknown = set(out) - set("".join(spelled))
         if unknown:
-            raise ValueError(f"einsum: the output {output!r} names {''.join(sorted(unknown))!r}, in no operand")
+            raise ShapeError(f"einsum: the output {output!r} names {''.join(sorted(unknown))!r}, in no operand")
         if len(set(out)) != len(out):
-            raise ValueError(f"einsum: the output {output!r} repeats a letter")
+            raise ShapeError(f"einsum: the output {output!r} repeats a letter")
     else:  # implicit: the ellipsis, then the letters seen once, alphabetically
         counts = "".join(spelled)
         out = dots + "".join(sorted(c for c in set(counts) if counts.count(c) == 1 and c not in dots))
@@ -77,7 +79,7 @@ def einsum(equation: str, *operands: Any) -> Tensor:
     for x, letters in pairs:
         for c, size in zip(letters, x.shape):
             if sizes.setdefault(c, size) != size and size != 1 and sizes[c] != 1:
-                raise ValueError(f"einsum: {c!r} is {sizes[c]} in one operand and {size} in another "
+                raise ShapeError(f"einsum: {c!r} is {sizes[c]} in one operand and {size} in another "
                                  f"({equation!r})")  # fmt: skip
             sizes[c] = max(sizes[c], size)
     order = list(out) + sorted(set(sizes) - set(out))  # output letters first, then the summed ones

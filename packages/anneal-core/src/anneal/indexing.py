@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anneal import bounds
+from anneal.errors import ShapeError
 from anneal_ir import dtypes
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def setitem(x: Tensor, index: Any, value: Any) -> None:
     try:
         v = v.expand(target) if tuple(v.shape) != target else v
     except ValueError:
-        raise ValueError(f"x[index] = v: v of shape {v.shape} cannot be broadcast to the selection's shape "
+        raise ShapeError(f"x[index] = v: v of shape {v.shape} cannot be broadcast to the selection's shape "
                          f"{target}") from None  # fmt: skip
     region = _region(x, items)
     if region is not None:  # ints and step-1 slices: v padded into place

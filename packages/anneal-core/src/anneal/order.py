@@ -145,7 +145,8 @@ def cumprod(x: Tensor, dim: int, dtype: object = None) -> Tensor:
 
 def logcumsumexp(x: Tensor, dim: int) -> Tensor:
     """out[i] = log(exp(x[0]) + ... + exp(x[i])), stably: a logsumexp over the masked rows."""
-    from anneal.tensor import DTypeError, Tensor, where
+    from anneal.errors import DTypeError
+    from anneal.tensor import Tensor, where
 
     d = _dim(x, dim, "logcumsumexp")
     if not x.dtype.is_float:

@@ -17,6 +17,7 @@ import numpy as np
 from anneal import bounds, grad_mode, indexing, order, shape_ops, special
 from anneal import random as _random
 from anneal.composite import with_gradient
+from anneal.errors import DTypeError, EmptyReduction, ShapeError
 from anneal.realize import as_buffer, buffer_view, plain_view, realize_all, wait_for_writes, waits_for_writes
 from anneal.registry import resolve_device
 from anneal_ir import DType, Ops, UOp, dtypes, promote_types
@@ -62,16 +63,6 @@ def broadcast_shape(*shapes: Shape, op: str = "broadcast") -> Shape:
             )
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
-
-
-class ShapeError(RuntimeError, ValueError):
-    """A shape that does not fit the op: torch's type (RuntimeError), and a ValueError as anneal raised before."""
-
-
-class DTypeError(TypeError, NotImplementedError):
-    """An op not defined for a dtype (a bitwise op or shift of floats, a float index): torch raises
-    NotImplementedError or RuntimeError for most and TypeError for ``~``; this is all three, raised when the op is
-    built (NotImplementedError is a RuntimeError)."""
 
 
 # ops defined on integers only (bool too, except shifts), by torch's kernel name
@@ -905,6 +896,8 @@ class Tensor:
         """As torch; a size may also be a Variable, or one bound for this call (``var.bind(n)``)."""
         asked = _shape_arg(shape)
         shape, binds = _unbind(asked)
+        if any(isinstance(d, builtins.int) and d < -1 for d in shape):
+            raise ShapeError(f"reshape: invalid shape dimension {min(shape)} in {render_shape(shape)}")
         if shape.count(-1) > 1:
             raise ShapeError(f"reshape: only one dimension can be -1, got {render_shape(shape)} "
                              f"for input of shape {render_shape(self.shape)}")  # fmt: skip
@@ -968,7 +961,11 @@ class Tensor:
         sizes = _shape_arg(sizes)
         if len(sizes) < self.ndim:
             raise ShapeError(f"expand: {tuple(sizes)} has fewer dims than shape {self.shape}")
-        x = self.reshape((1,) * (len(sizes) - self.ndim) + self.shape) if len(sizes) > self.ndim else self
+        lead = len(sizes) - self.ndim
+        if any(isinstance(n, builtins.int) and (n < -1 or (n == -1 and i < lead)) for i, n in enumerate(sizes)):
+            raise ShapeError(f"expand: invalid size in {tuple(sizes)} for shape {self.shape} (-1 keeps an existing "
+                             "dim; no size is negative)")  # fmt: skip
+        x = self.reshape((1,) * lead + self.shape) if lead > 0 else self
         new = tuple(s if n == -1 else n for s, n in zip(x.shape, sizes))
         for s, n in zip(x.shape, new):
             if s != n and s != 1:
@@ -998,6 +995,9 @@ class Tensor:
     def _pad(self, arg: Sequence[tuple[builtins.int, builtins.int]]) -> Tensor:
         """Zero padding; negative amounts shrink."""
         arg = tuple((int(b), int(a)) for b, a in arg)
+        for d, ((b, a), s) in enumerate(zip(arg, self.shape)):
+            if isinstance(s, builtins.int) and s + b + a < 0:
+                raise ShapeError(f"pad: padding ({b}, {a}) of dim {d} (size {s}) leaves a negative size {s + b + a}")
         x = self._shrink([(-min(b, 0), s + min(a, 0)) for (b, a), s in zip(arg, self.shape)])
         pos = tuple((max(b, 0), max(a, 0)) for b, a in arg)
         if all(b == 0 and a == 0 for b, a in pos):
@@ -1143,8 +1143,8 @@ class Tensor:
     def _amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
         """The MAX reduction alone: where a NaN needs no care (a stabilizing shift, argmax's own NaN test)."""
         if any(self.shape[a] == 0 for a in self._axes(dim, "amax")):
-            raise _EmptyReduction(f"amax: cannot reduce over an empty dim of shape {self.shape} (a max of no "
-                                  "elements has no value)")  # fmt: skip
+            raise EmptyReduction(f"amax: cannot reduce over an empty dim of shape {self.shape} (a max of no "
+                                 "elements has no value)")  # fmt: skip
         return self._reduce(Ops.MAX, dim, keepdim, "amax")
 
     def _shift(self, dim: Any) -> Tensor:
@@ -1406,10 +1406,6 @@ class Tensor:
         return where(keep, self, False if self.dtype == dtypes.bool else 0)
 
 
-class _EmptyReduction(IndexError, RuntimeError):
-    """A max, min or arg-extreme over a size-0 dim: torch raises IndexError (anneal raised RuntimeError)."""
-
-
 def _check_integer_op(op: Ops, dtype: DType) -> None:
     name, bool_ok = _INTEGER_OPS[op]
     if dtype.is_float or (dtype == dtypes.bool and not bool_ok):
@@ -1622,7 +1618,8 @@ def getitem(x: Tensor, index: Any) -> Tensor:
             steps.append(abs(step))
             final_shape.append(("keep", dim))
         else:
-            raise TypeError(f"unsupported index {i!r} of type {type(i).__name__}")
+            raise IndexError(f"only integers, slices, None, Ellipsis and integer or boolean tensors are valid "
+                             f"indices, got {i!r} of type {type(i).__name__}")  # fmt: skip
         dim += 1
     out = x._shrink(shrink)
     flip_axes = [a for a, f in enumerate(flips) if f]

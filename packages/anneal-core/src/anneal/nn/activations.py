@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from anneal import special
+from anneal.errors import ShapeError
 from anneal.tensor import Tensor, where
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -94,10 +95,10 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5) -> Tensor:  # fmt: skip
     if input.ndim < 2:
-        raise ValueError(f"group_norm: expected an input of at least 2 dims (N, C, ...), got shape {input.shape}")
+        raise ShapeError(f"group_norm: expected an input of at least 2 dims (N, C, ...), got shape {input.shape}")
     n, c = input.shape[0], input.shape[1]
     if num_groups <= 0 or c % num_groups:
-        raise ValueError(f"group_norm: {c} channels cannot be split into {num_groups} groups")
+        raise ShapeError(f"group_norm: {c} channels cannot be split into {num_groups} groups")
     x = input._float().reshape(n, num_groups, -1)
     mean = x.mean(2, keepdim=True)
     var = ((x - mean) ** 2).mean(2, keepdim=True)

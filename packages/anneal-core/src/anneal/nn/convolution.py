@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from anneal.composite import with_gradient
+from anneal.errors import ShapeError
 from anneal.tensor import Tensor
 
 __all__ = [
@@ -72,7 +73,7 @@ def windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: S
     keep = [(0, p) for p in prefix]
     outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(sizes, kernel, stride, dilation)]
     if any(o <= 0 for o in outs):
-        raise ValueError(f"window: kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded "
+        raise ShapeError(f"window: kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded "
                          f"input {tuple(sizes)}")  # fmt: skip
     if all(k <= s for k, s in zip(kernel, stride)) and all(d == 1 for d in dilation):
         # non-overlapping windows: cut to out*stride, split each dim into (out, stride), keep the first k

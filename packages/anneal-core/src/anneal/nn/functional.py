@@ -17,6 +17,7 @@ import numpy as np
 from anneal import bounds, indexing
 from anneal import random as _random
 from anneal.composite import with_gradient
+from anneal.errors import DTypeError, ShapeError
 from anneal.nn.activations import (
     celu,
     elu,
@@ -53,7 +54,7 @@ from anneal.nn.losses import (
     reduce_loss,
     smooth_l1_loss,
 )
-from anneal.tensor import DTypeError, Tensor, cat, where
+from anneal.tensor import Tensor, cat, where
 from anneal.tensor import one_hot as _one_hot
 from anneal_ir import DType, dtypes
 
@@ -134,9 +135,9 @@ def _pool_args(name: str, input: Tensor, kernel_size: IntOrPair, stride: IntOrPa
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _ntuple(stride, nd, name)
     p, d = _ntuple(padding, nd, name), _ntuple(dilation, nd, name)
     if any(2 * pp > kk for pp, kk in zip(p, k)):
-        raise ValueError(f"{name}: padding {p} should be at most half of the kernel size {k}")
+        raise ShapeError(f"{name}: padding {p} should be at most half of the kernel size {k}")
     if any(v <= 0 for v in (*k, *s, *d)):
-        raise ValueError(f"{name}: kernel_size {k}, stride {s} and dilation {d} must be positive")
+        raise ShapeError(f"{name}: kernel_size {k}, stride {s} and dilation {d} must be positive")
     return k, s, p, d
 
 
@@ -372,7 +373,7 @@ def layer_norm(input: Tensor, normalized_shape: int | Sequence[int], weight: Ten
     """Normalize over the trailing normalized_shape dims (biased variance), then scale and shift."""
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(v) for v in normalized_shape)
     if len(ns) > input.ndim or tuple(input.shape[input.ndim - len(ns) :]) != ns:
-        raise ValueError(f"layer_norm: normalized_shape {ns} does not match the trailing dims of input shape "
+        raise ShapeError(f"layer_norm: normalized_shape {ns} does not match the trailing dims of input shape "
                          f"{input.shape}")  # fmt: skip
     axes = tuple(range(input.ndim - len(ns), input.ndim))
     x = input if input.dtype.is_float else input.cast(dtypes.default_float)
@@ -391,7 +392,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
               norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:  # fmt: skip
     """weight[input]: rows picked by a one-hot reduction; padding_idx rows get no gradient, as torch."""
     if weight.ndim != 2:
-        raise ValueError(f"embedding: weight must be 2-d (num_embeddings, dim), got shape {weight.shape}")
+        raise ShapeError(f"embedding: weight must be 2-d (num_embeddings, dim), got shape {weight.shape}")
     if input.dtype.is_float:
         raise DTypeError(f"embedding: indices must be an integer tensor, got {input.dtype.name}")
     if max_norm is not None:
@@ -421,7 +422,7 @@ def _class_weight(weight: Tensor | None, logp: Tensor, cdim: int, name: str) -> 
     if weight is None:
         return None
     if weight.shape != (c,):
-        raise ValueError(f"{name}: weight shape {weight.shape} must be ({c},) for input shape {logp.shape}")
+        raise ShapeError(f"{name}: weight shape {weight.shape} must be ({c},) for input shape {logp.shape}")
     bshape = [1] * logp.ndim
     bshape[cdim] = c
     return weight.cast(logp.dtype).reshape(bshape)
@@ -432,7 +433,7 @@ def _class_terms(logp: Tensor, target: Tensor, w: Tensor | None, ignore_index: i
     """Per target: -w[t] logp[t] (0 where ignored), the weight w[t] (0 where ignored), and whether it counts."""
     expected = logp.shape[:cdim] + logp.shape[cdim + 1 :]
     if target.shape != expected:
-        raise ValueError(f"{name}: class-index target shape {target.shape} must be {expected} for input shape "
+        raise ShapeError(f"{name}: class-index target shape {target.shape} must be {expected} for input shape "
                          f"{logp.shape}")  # fmt: skip
     c = logp.shape[cdim]
     bounds.check_bounds(target, c, f"{name}: target", ignore=ignore_index)
@@ -458,7 +459,7 @@ def class_nll(logp: Tensor, target: Tensor, weight: Tensor | None, ignore_index:
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{name}: {reduction!r} is not a valid reduction")
     if logp.ndim == 0:
-        raise ValueError(f"{name}: input must have at least 1 dim (classes)")
+        raise ShapeError(f"{name}: input must have at least 1 dim (classes)")
     if target.dtype.is_float:
         raise TypeError(f"{name}: target must hold class indices (an integer tensor), got {target.dtype.name}")
     cdim = 0 if logp.ndim == 1 else 1
@@ -477,7 +478,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if input.ndim == 0:
-        raise ValueError("cross_entropy: input must have at least 1 dim (classes)")
+        raise ShapeError("cross_entropy: input must have at least 1 dim (classes)")
     cdim = 0 if input.ndim == 1 else 1
     c = input.shape[cdim]
     logp = input.log_softmax(cdim)
@@ -485,7 +486,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  
 
     if target.dtype.is_float:  # class probabilities
         if target.shape != input.shape:
-            raise ValueError(f"cross_entropy: probability target shape {target.shape} must equal input shape "
+            raise ShapeError(f"cross_entropy: probability target shape {target.shape} must equal input shape "
                              f"{input.shape}")  # fmt: skip
         tgt = target * (1 - label_smoothing) + label_smoothing / c if label_smoothing > 0 else target
         terms = logp * tgt if w is None else logp * tgt * w
@@ -517,7 +518,7 @@ def mse_loss(input: Tensor, target: Tensor, size_average: bool | None = None, re
     """torch.nn.functional.mse_loss: the squared difference, averaged (or summed, or kept per element)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     if input.shape != target.shape:
-        raise ValueError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ "
+        raise ShapeError(f"mse_loss: input shape {input.shape} and target shape {target.shape} differ "
                          "(torch would broadcast with a warning; pass tensors of one shape)")  # fmt: skip
     return reduce_loss((input - target).square(), reduction, "mse_loss")
 
@@ -528,17 +529,17 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     """softmax(q @ k^T * scale + mask) @ v. is_causal keeps the top-left lower triangle (as torch);
     a bool attn_mask keeps True; a float mask is added. enable_gqa repeats each kv head for its group."""
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-        raise ValueError(f"scaled_dot_product_attention: query, key and value need at least 2 dims, got shapes "
+        raise ShapeError(f"scaled_dot_product_attention: query, key and value need at least 2 dims, got shapes "
                          f"{query.shape}, {key.shape}, {value.shape}")  # fmt: skip
     if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"scaled_dot_product_attention: shapes query {query.shape}, key {key.shape}, value "
+        raise ShapeError(f"scaled_dot_product_attention: shapes query {query.shape}, key {key.shape}, value "
                          f"{value.shape} do not match (need query[-1] == key[-1], key[-2] == value[-2])")  # fmt: skip
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: attn_mask must be None when is_causal=True")
     if enable_gqa and query.ndim >= 3:
         hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
         if hq % hk or hq % hv:
-            raise ValueError(f"scaled_dot_product_attention: {hq} query heads are not a multiple of the key/value "
+            raise ShapeError(f"scaled_dot_product_attention: {hq} query heads are not a multiple of the key/value "
                              f"heads ({hk}, {hv}) (shapes {query.shape}, {key.shape}, {value.shape})")  # fmt: skip
         key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hv)
     length, src = query.shape[-2], key.shape[-2]
@@ -617,7 +618,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     crop), reflect, replicate, circular."""
     pad = [int(v) for v in pad]
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise ValueError(f"pad: padding {tuple(pad)} must have an even length of at most 2*{input.ndim} "
+        raise ShapeError(f"pad: padding {tuple(pad)} must have an even length of at most 2*{input.ndim} "
                          f"(input shape {input.shape})")  # fmt: skip
     if mode == "constant":
         return input.pad(pad, 0.0 if value is None else value)
@@ -628,6 +629,9 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     out = input
     for i in range(len(pad) // 2):
         d = input.ndim - 1 - i
+        if input.shape[d] + pad[2 * i] + pad[2 * i + 1] < 0:
+            raise ShapeError(f"pad: padding ({pad[2 * i]}, {pad[2 * i + 1]}) of dim {d} (size {input.shape[d]}) "
+                             "leaves a negative size")  # fmt: skip
         out = _pad_dim(out, d, pad[2 * i], pad[2 * i + 1], mode)
     return out
 
@@ -648,16 +652,16 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
         return x
     if mode == "reflect":
         if before >= n or after >= n:
-            raise ValueError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {d} of size {n}")
+            raise ShapeError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {d} of size {n}")
         parts = [_slice_dim(x, d, 1, before + 1).flip(d), x, _slice_dim(x, d, n - 1 - after, n - 1).flip(d)]
     elif mode == "replicate":
         if n == 0:
-            raise ValueError(f"pad: cannot replicate-pad the empty dim {d}")
+            raise ShapeError(f"pad: cannot replicate-pad the empty dim {d}")
         shape_b = [before if j == d else s for j, s in enumerate(x.shape)]
         shape_a = [after if j == d else s for j, s in enumerate(x.shape)]
         parts = [_slice_dim(x, d, 0, 1).expand(shape_b), x, _slice_dim(x, d, n - 1, n).expand(shape_a)]
     else:  # circular
         if before > n or after > n:
-            raise ValueError(f"pad: circular padding ({before}, {after}) must be at most dim {d} of size {n}")
+            raise ShapeError(f"pad: circular padding ({before}, {after}) must be at most dim {d} of size {n}")
         parts = [_slice_dim(x, d, n - before, n), x, _slice_dim(x, d, 0, after)]
     return cat([p for p in parts if p.shape[d] > 0], d)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from anneal import special
 from anneal.composite import with_gradient
+from anneal.errors import ShapeError
 from anneal.tensor import Tensor, where
 
 LOG_FLOOR = -100.0  # torch clamps binary cross entropy's logs here
@@ -33,7 +34,7 @@ def reduce_loss(loss: Tensor, reduction: str, name: str) -> Tensor:
 
 def _same_shape(input: Tensor, target: Tensor, name: str) -> None:  # noqa: A002
     if input.shape != target.shape:
-        raise ValueError(f"{name}: input shape {input.shape} and target shape {target.shape} differ "
+        raise ShapeError(f"{name}: input shape {input.shape} and target shape {target.shape} differ "
                          "(torch would broadcast with a warning; pass tensors of one shape)")  # fmt: skip
 
 

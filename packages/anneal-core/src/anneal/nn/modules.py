@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from anneal.errors import ShapeError
 from anneal.nn import functional as F
 from anneal.tensor import Tensor
 from anneal_ir import DType, dtypes
@@ -420,7 +421,7 @@ def rms_norm(x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | None
 
     Local because anneal.nn.functional has no rms_norm yet."""
     if tuple(x.shape[x.ndim - len(normalized_shape) :]) != tuple(normalized_shape):
-        raise ValueError(f"rms_norm: normalized_shape {normalized_shape} does not match the trailing dims of input "
+        raise ShapeError(f"rms_norm: normalized_shape {normalized_shape} does not match the trailing dims of input "
                          f"shape {x.shape}")  # fmt: skip
     x = x if x.dtype.is_float else x.cast(dtypes.default_float)
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
@@ -496,9 +497,9 @@ class BatchNorm2d(Module):
 
     def _check(self, x: Tensor) -> None:
         if x.ndim != 4:
-            raise ValueError(f"BatchNorm2d: expected a 4-d input (N, C, H, W), got shape {x.shape}")
+            raise ShapeError(f"BatchNorm2d: expected a 4-d input (N, C, H, W), got shape {x.shape}")
         if x.shape[1] != self.num_features:
-            raise ValueError(f"BatchNorm2d: expected {self.num_features} channels, got input shape {x.shape}")
+            raise ShapeError(f"BatchNorm2d: expected {self.num_features} channels, got input shape {x.shape}")
 
     def forward(self, x: Tensor) -> Tensor:
         self._check(x)
@@ -508,7 +509,7 @@ class BatchNorm2d(Module):
             axes = (0, 2, 3)
             n = x.shape[0] * x.shape[2] * x.shape[3]
             if n <= 1:
-                raise ValueError(f"BatchNorm2d: expected more than 1 value per channel when training, got input shape "
+                raise ShapeError(f"BatchNorm2d: expected more than 1 value per channel when training, got input shape "
                                  f"{x.shape}")  # fmt: skip
             mean = x.mean(axes, keepdim=True)
             var = (x - mean).square().mean(axes, keepdim=True)
