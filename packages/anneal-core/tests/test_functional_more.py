@@ -202,3 +202,86 @@ def test_module_list_and_dict_register_their_modules_as_torch_names_them() -> No
         nn.ModuleList([3])  # type: ignore[list-item]
     with pytest.raises(KeyError):
         net.heads["missing"]
+
+
+ACTIVATION_MODULES: list[tuple[str, tuple[Any, ...]]] = [
+    # class name (the same in anneal.nn and torch.nn), constructor arguments
+    ("ELU", ()), ("ELU", (0.5,)), ("CELU", (0.7,)), ("SELU", ()), ("Mish", ()), ("Hardsigmoid", ()),
+    ("Hardswish", ()), ("Hardtanh", ()), ("Hardtanh", (-2.0, 2.5)), ("ReLU6", ()), ("Softsign", ()),
+    ("Softmin", (1,)), ("Softmax", (0,)), ("Softmax", (-1,)), ("LogSoftmax", (1,)), ("LogSigmoid", ()),
+    ("Softplus", ()), ("Softplus", (2.0, 5.0)), ("LeakyReLU", (0.2,)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, args", ACTIVATION_MODULES, ids=[f"{n}{a}" for n, a in ACTIVATION_MODULES])
+def test_activation_modules_match_torchs(name: str, args: tuple[Any, ...]) -> None:
+    ours, theirs = getattr(nn, name)(*args), getattr(tnn, name)(*args)
+    assert isinstance(ours, nn.Module) and list(ours.parameters()) == []
+    _both(lambda m, x: (ours if m is AF else theirs)(x), _x(40).reshape(5, 8))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_module_matches_torchs(affine: bool) -> None:
+    ours, theirs = nn.GroupNorm(2, 4, affine=affine), tnn.GroupNorm(2, 4, affine=affine)
+    assert [n for n, _ in ours.named_parameters()] == list(theirs.state_dict())
+    x = np.random.default_rng(3).normal(size=(3, 4, 5)).astype(np.float32)
+    a, t = Tensor(x, device=DEV, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ya, yt = ours(a), theirs(t)
+    np.testing.assert_allclose(ya.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    (ya * ya).sum().backward()
+    (yt * yt).sum().backward()
+    assert a.grad is not None and t.grad is not None
+    np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+    if affine:
+        for p, tp in zip(ours.parameters(), theirs.parameters()):
+            assert p.grad is not None and tp.grad is not None
+            np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError):
+        tnn.GroupNorm(3, 4)
+    with pytest.raises(ValueError, match="divisible"):
+        nn.GroupNorm(3, 4)
+
+
+def _kinds(modules: Any) -> list[str]:
+    return [type(m).__name__ for m in modules]
+
+
+def test_module_list_edits_as_torchs() -> None:
+    def build(lib: Any) -> Any:
+        return lib.ModuleList([lib.ReLU(), lib.Tanh(), lib.Linear(2, 3)])
+
+    ours, theirs = build(nn), build(tnn)
+    for lib, ml in ((nn, ours), (tnn, theirs)):
+        ml.insert(1, lib.Linear(3, 4))
+        ml.insert(3, lib.Sigmoid())
+        ml.append(lib.SELU())
+        ml[0] = lib.ELU()
+        del ml[2]
+        ml += [lib.Mish()]
+    assert _kinds(ours) == _kinds(theirs)
+    assert [n for n, _ in ours.named_parameters()] == list(theirs.state_dict())  # renumbered as torch's
+    assert type(ours[1:3]) is nn.ModuleList and _kinds(ours[1:3]) == _kinds(theirs[1:3])
+    assert _kinds(ours[::-2]) == _kinds(theirs[::-2])
+    assert type(ours.pop(1)).__name__ == type(theirs.pop(1)).__name__ and _kinds(ours) == _kinds(theirs)
+    assert _kinds(ours + nn.ModuleList([nn.ReLU()])) == _kinds(theirs + tnn.ModuleList([tnn.ReLU()]))
+    assert [n for n, _ in ours.named_parameters()] == list(theirs.state_dict())
+
+
+def test_module_dict_edits_as_torchs() -> None:
+    def build(lib: Any) -> Any:
+        return lib.ModuleDict({"a": lib.Linear(2, 1), "b": lib.ReLU()})
+
+    ours, theirs = build(nn), build(tnn)
+    for lib, md in ((nn, ours), (tnn, theirs)):
+        md.update({"c": lib.Linear(1, 2), "a": lib.Linear(2, 2)})
+        md.update([("d", lib.Tanh())])
+        assert type(md.pop("b")).__name__ == "ReLU"
+        del md["d"]
+    assert list(ours.keys()) == list(theirs.keys())
+    assert [n for n, _ in ours.named_parameters()] == list(theirs.state_dict())
+    assert ours["a"].weight.shape == tuple(theirs["a"].weight.shape)
+    with pytest.raises(KeyError):
+        ours.pop("b")
+    ours.clear()
+    theirs.clear()
+    assert len(ours) == len(theirs) == 0

@@ -1,17 +1,30 @@
-"""no_grad / enable_grad / set_grad_enabled and the printed form of a tensor, against torch's."""
+"""no_grad / enable_grad / set_grad_enabled and the printed form of a tensor, against torch's. On another device
+than cpu the repr names it, as torch's names device='cuda:0'."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from devices import DEV
 
 import anneal
 from anneal import Tensor
 
 
+def _on_device(torch_repr: str) -> str:
+    """torch's repr of a CPU tensor as it reads for the same tensor on DEV: the device first among the extras."""
+    if DEV == "cpu":
+        return torch_repr
+    extras = [k for k in (", dtype=", ", requires_grad=") if k in torch_repr]
+    at = torch_repr.index(extras[0]) if extras else torch_repr.rindex(")")
+    return f"{torch_repr[:at]}, device='{DEV}'{torch_repr[at:]}"
+
+
 def test_no_grad_results_have_no_history_and_backward_stops_there() -> None:
-    w, tw = Tensor([1.0, 2.0], requires_grad=True), torch.tensor([1.0, 2.0], requires_grad=True)
+    w, tw = Tensor([1.0, 2.0], device=DEV, requires_grad=True), torch.tensor([1.0, 2.0], requires_grad=True)
     with anneal.no_grad(), torch.no_grad():
         y, ty = w * 3, tw * 3
         assert y.requires_grad is ty.requires_grad is False
@@ -25,7 +38,7 @@ def test_no_grad_results_have_no_history_and_backward_stops_there() -> None:
 
 
 def test_the_modes_as_decorators_and_after_an_error() -> None:
-    w = Tensor([1.0], requires_grad=True)
+    w = Tensor([1.0], device=DEV, requires_grad=True)
 
     @anneal.no_grad()
     def frozen(x: Tensor) -> Tensor:
@@ -44,21 +57,36 @@ def test_the_modes_as_decorators_and_after_an_error() -> None:
     assert anneal.is_grad_enabled()
 
 
+def test_no_grad_and_enable_grad_decorate_without_parentheses_as_torch() -> None:
+    w, tw = Tensor([1.0], device=DEV, requires_grad=True), torch.tensor([1.0], requires_grad=True)
+
+    def double(x: Any) -> Any:
+        return x * 2
+
+    ours, theirs = anneal.no_grad(double), torch.no_grad(double)
+    assert ours.__name__ == "double" and ours(w).requires_grad is theirs(tw).requires_grad is False
+    tracked, ttracked = anneal.enable_grad(double), torch.enable_grad(double)
+    with anneal.no_grad(), torch.no_grad():
+        assert tracked(w).requires_grad is ttracked(tw).requires_grad is True
+    assert anneal.is_grad_enabled()
+
+
 @pytest.mark.parametrize("make", [
-    lambda m: m.tensor([1.0, 2.0], requires_grad=True),
-    lambda m: m.tensor([[0, 1, 2], [3, 4, 5]]),
-    lambda m: m.tensor([1, 2], dtype=m.int32),
-    lambda m: m.tensor([True, False]),
-    lambda m: m.tensor([[0.5, -1.25]]),
-    lambda m: m.tensor([1e-5, 3.0, float("nan")]),
-    lambda m: m.tensor(3.5),
+    lambda m, **d: m.tensor([1.0, 2.0], requires_grad=True, **d),
+    lambda m, **d: m.tensor([[0, 1, 2], [3, 4, 5]], **d),
+    lambda m, **d: m.tensor([1, 2], dtype=m.int32, **d),
+    lambda m, **d: m.tensor([True, False], **d),
+    lambda m, **d: m.tensor([[0.5, -1.25]], **d),
+    lambda m, **d: m.tensor([1e-5, 3.0, float("nan")], **d),
+    lambda m, **d: m.tensor(3.5, **d),
 ])  # fmt: skip
-def test_repr_shows_the_values_as_torch(make: object) -> None:
-    got, want = repr(make(anneal)), repr(make(torch))  # type: ignore[operator]
+def test_repr_shows_the_values_as_torch(make: Any) -> None:
+    got, want = repr(make(anneal, device=DEV)), _on_device(repr(make(torch)))
     assert got == want.replace("torch.", "anneal.")
 
 
 def test_repr_of_a_large_tensor_is_summarized() -> None:
     values = np.arange(5000, dtype=np.float32)
-    text = repr(Tensor(values))
-    assert text.split() == repr(torch.tensor(values)).split() and "..." in text and len(text) < 200  # spacing aside
+    text = repr(Tensor(values, device=DEV))
+    assert text.split() == _on_device(repr(torch.tensor(values))).split()  # spacing aside
+    assert "..." in text and len(text) < 230

@@ -30,6 +30,9 @@ GETS: dict[str, Any] = {
     "mask of the first two dims": lambda T, M: (M(MASK[..., 0]),),
     "mask after an ellipsis": lambda T, M: (Ellipsis, M(np.array([True, False, True, True]))),
     "list of bools": lambda T, M: ([True, False],),
+    "tuple on dim 1 (a list)": lambda T, M: (slice(None), (2, 0)),
+    "tuples on two dims": lambda T, M: ((1, 0), slice(None), (3, -1)),
+    "tuple of bools": lambda T, M: (Ellipsis, (True, False, False, True)),
 }
 
 
@@ -50,7 +53,9 @@ def test_getitem_as_torch(name: str) -> None:
     np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-@pytest.mark.parametrize("name", ["list on dim 1", "two lists, apart", "broadcast lists", "whole mask"])
+@pytest.mark.parametrize(
+    "name", ["list on dim 1", "two lists, apart", "broadcast lists", "whole mask", "tuple on dim 1 (a list)"]
+)
 def test_the_gradient_of_a_gather_as_torch(name: str) -> None:
     x, tx = Tensor(A, device=DEV, requires_grad=True), torch.tensor(A, requires_grad=True)
     got, want = x[GETS[name](_ours, _ours)], tx[GETS[name](_torch, _torch)]
@@ -70,7 +75,11 @@ SETS: dict[str, Any] = {
     "lists": lambda T, M: (([0, 1], [2, 0]), 7.0),
     "duplicates: the last wins": lambda T, M: (([1, 1, 0],), T(np.arange(3, dtype=np.float32).reshape(3, 1, 1))),
     "mask": lambda T, M: ((M(MASK),), 0.0),
-}
+    "mask with a value per selected element": lambda T, M: ((M(MASK),), T(-np.arange(MASK.sum(), dtype=np.float32))),
+    "mask of two dims with rows": lambda T, M: ((M(MASK[..., 0]),), T(np.arange(4 * int(MASK[..., 0].sum()),
+                                                                              dtype=np.float32).reshape(-1, 4))),
+    "tuple index": lambda T, M: ((slice(None), (2, 0)), 4.0),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(SETS))
@@ -82,6 +91,20 @@ def test_setitem_as_torch(name: str) -> None:
     t[tindex] = tvalue
     np.testing.assert_array_equal(x.numpy(), t.numpy())
     assert x.dtype.name == "float32" and tuple(x.shape) == A.shape
+
+
+def test_gradients_through_a_masked_assignment_of_values() -> None:
+    x, v = Tensor(A, device=DEV, requires_grad=True), Tensor(np.ones(int(MASK.sum()), np.float32), device=DEV,
+                                                             requires_grad=True)  # fmt: skip
+    tx, tv = torch.tensor(A, requires_grad=True), torch.ones(int(MASK.sum()), requires_grad=True)
+    y, ty = x * 1.0, tx * 1.0
+    y[Tensor(MASK, device=DEV)] = v * 3.0
+    ty[torch.tensor(MASK)] = tv * 3.0
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy())
 
 
 def test_gradients_through_an_assignment() -> None:

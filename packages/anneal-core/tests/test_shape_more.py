@@ -53,6 +53,47 @@ def test_repeat_interleave_matches_torch(repeats: int, dim: int | None) -> None:
     _same(lambda x: x.repeat_interleave(repeats, dim), X)
 
 
+@pytest.mark.parametrize("repeats, dim", [([1, 0, 3], 1), ([2, 1], 0), ([4], 2), ([0, 0, 0, 2], -1),
+                                          (list(range(24)), None), ([2], None)])  # fmt: skip
+def test_repeat_interleave_by_a_tensor_of_counts_matches_torch(repeats: list[int], dim: int | None) -> None:
+    r = np.array(repeats, np.int64)
+    _same(lambda x: x.repeat_interleave(Tensor(r, device=DEV) if isinstance(x, Tensor) else torch.from_numpy(r), dim),
+          X)  # fmt: skip
+
+
+def test_repeat_interleave_errors_are_torchs_types() -> None:
+    x, t = Tensor(X, device=DEV), torch.from_numpy(X)
+    for bad in (np.array([1, 2], np.int64), np.array([1, -1, 2], np.int64), np.array([1.0, 2.0, 1.0], np.float32)):
+        with pytest.raises(RuntimeError):
+            t.repeat_interleave(torch.from_numpy(bad), 1)
+        with pytest.raises(RuntimeError, match="repeat"):
+            x.repeat_interleave(Tensor(bad, device=DEV), 1)
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_max_and_min_along_a_dim_of_a_0d_tensor(op: str, dim: int) -> None:
+    a, t = Tensor(np.float32(2.5), device=DEV, requires_grad=True), torch.tensor(2.5, requires_grad=True)
+    (va, ia), (vt, it) = getattr(a, op)(dim), getattr(t, op)(dim)
+    assert va.shape == ia.shape == () and va.item() == vt.item() and ia.item() == it.item() == 0
+    assert ia.dtype.name == "int64" and a.argmax(dim).item() == t.argmax(dim).item()
+    va.backward()
+    vt.backward()
+    assert a.grad is not None and t.grad is not None and a.grad.item() == t.grad.item()
+    with pytest.raises(IndexError):
+        getattr(t, op)(1)
+    with pytest.raises(IndexError):
+        getattr(a, op)(1)
+
+
+@pytest.mark.parametrize("value", [3.0, 0.0])
+def test_nonzero_of_a_0d_tensor_matches_torch(value: float) -> None:
+    a, t = Tensor(np.float32(value), device=DEV), torch.tensor(value)
+    assert tuple(a.nonzero().shape) == tuple(t.nonzero().shape) and a.nonzero().dtype.name == "int64"
+    (ours,), (theirs,) = a.nonzero(as_tuple=True), t.nonzero(as_tuple=True)
+    assert ours.numpy().tolist() == theirs.tolist()
+
+
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
 def test_meshgrid_matches_torch(indexing: str) -> None:
     a, b, c = (np.arange(n, dtype=np.float32) + n for n in (2, 3, 4))
@@ -80,6 +121,17 @@ def test_std_mean_matches_torch(dim: Any, keepdim: bool, correction: int) -> Non
         for o, t in zip(fo(Tensor(X, device=DEV), dim, keepdim, correction),
                         ft(torch.from_numpy(X), dim, keepdim=keepdim, correction=correction)):  # fmt: skip
             np.testing.assert_allclose(o.numpy(), t.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("unbiased", [True, False])
+@pytest.mark.parametrize("dim", [None, 1])
+def test_std_mean_and_var_mean_take_unbiased_as_torch(unbiased: bool, dim: Any) -> None:
+    for ours, theirs in ((anneal.std_mean, torch.std_mean), (anneal.var_mean, torch.var_mean)):
+        for o, t in zip(ours(Tensor(X, device=DEV), dim, unbiased=unbiased),
+                        theirs(torch.from_numpy(X), dim, unbiased=unbiased)):  # fmt: skip
+            np.testing.assert_allclose(o.numpy(), t.numpy(), rtol=1e-5, atol=1e-6)
+    got = Tensor(X, device=DEV).var_mean(dim, unbiased=unbiased)[0].numpy()
+    np.testing.assert_allclose(got, torch.from_numpy(X).var(dim, unbiased=unbiased).numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("start, end, steps", [(0.0, 1.0, 5), (-3.0, 7.5, 11), (2.0, 2.0, 3), (0.0, 1.0, 1),

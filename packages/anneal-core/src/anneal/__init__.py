@@ -25,14 +25,16 @@ def tensor(data: object, dtype: DType | str | None = None, device: str | None = 
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def std_mean(input: Tensor, dim: object = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # noqa: A002
-    """torch.std_mean: (std, mean) over dim."""
-    return input.std_mean(dim, keepdim, correction)
+def std_mean(input: Tensor, dim: object = None, keepdim: bool = False, correction: int = 1,  # noqa: A002
+             unbiased: bool | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """torch.std_mean: (std, mean) over dim (unbiased=False is correction=0, as torch's older form)."""
+    return input.std_mean(dim, keepdim, correction, unbiased)
 
 
-def var_mean(input: Tensor, dim: object = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:  # noqa: A002
+def var_mean(input: Tensor, dim: object = None, keepdim: bool = False, correction: int = 1,  # noqa: A002
+             unbiased: bool | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """torch.var_mean: (var, mean) over dim."""
-    return input.var_mean(dim, keepdim, correction)
+    return input.var_mean(dim, keepdim, correction, unbiased)
 
 
 def from_numpy(array: object) -> Tensor:

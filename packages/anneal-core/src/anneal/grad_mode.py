@@ -43,11 +43,23 @@ class set_grad_enabled:  # noqa: N801 - torch's name
         return wrapper  # type: ignore[return-value]
 
 
-class no_grad(set_grad_enabled):  # noqa: N801 - torch's name
-    def __init__(self) -> None:
-        super().__init__(False)
+class _Switch(set_grad_enabled):
+    """A mode fixed by the class: usable as ``with no_grad():``, ``@no_grad()`` and, as torch's, ``@no_grad``."""
+
+    MODE = True
+
+    def __new__(cls, fn: Callable[..., Any] | None = None) -> Any:
+        if fn is not None:  # @no_grad without parentheses: the class was called with the function
+            return cls()(fn)
+        return super().__new__(cls)
+
+    def __init__(self, fn: Callable[..., Any] | None = None) -> None:
+        super().__init__(self.MODE)
 
 
-class enable_grad(set_grad_enabled):  # noqa: N801 - torch's name
-    def __init__(self) -> None:
-        super().__init__(True)
+class no_grad(_Switch):  # noqa: N801 - torch's name
+    MODE = False
+
+
+class enable_grad(_Switch):  # noqa: N801 - torch's name
+    MODE = True

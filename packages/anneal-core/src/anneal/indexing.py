@@ -34,7 +34,7 @@ def _mask(i: Any) -> np.ndarray | None:
 
     if isinstance(i, Tensor) and i.dtype == dtypes.bool:
         return i.numpy()
-    if isinstance(i, (list, np.ndarray)) and np.asarray(i).dtype == np.bool_:
+    if isinstance(i, (list, tuple, np.ndarray)) and np.asarray(i).dtype == np.bool_:
         return np.asarray(i)
     return None
 
@@ -140,10 +140,8 @@ def setitem(x: Tensor, index: Any, value: Any) -> None:
     v = (value if isinstance(value, Tensor) else Tensor(value, dtype=x.dtype, device=x.device)).cast(x.dtype)
     items = index if isinstance(index, tuple) else (index,)
     mask = items[0] if len(items) == 1 else None
-    if isinstance(mask, Tensor) and mask.dtype == dtypes.bool and tuple(mask.shape) == tuple(x.shape):
-        if v.numel() != 1:
-            raise RuntimeError(f"x[mask] = v: v of shape {v.shape} does not fit the selection; give a scalar or a "
-                               "1-element tensor")  # fmt: skip
+    full_mask = isinstance(mask, Tensor) and mask.dtype == dtypes.bool and tuple(mask.shape) == tuple(x.shape)
+    if full_mask and v.numel() == 1:  # one value everywhere the mask holds: a where (a tensor of values scatters)
         _replace(x, where(mask, v.reshape(()), x))
         return
     target = tuple(x[index].shape)
@@ -173,7 +171,7 @@ def _region(x: Tensor, items: tuple) -> list[tuple[int, int]] | None:
     """(start, stop) per dim when the index is ints, step-1 slices, None and Ellipsis; None otherwise."""
     from anneal.tensor import Tensor
 
-    if any(isinstance(i, (Tensor, list, np.ndarray)) for i in items):
+    if any(isinstance(i, (Tensor, list, tuple, np.ndarray)) for i in items):
         return None
     region = []
     dims = iter(range(x.ndim))
@@ -303,6 +301,11 @@ def nonzero(x: Tensor, as_tuple: bool = False) -> Any:
     """The indices of the nonzero elements (read now: their count is the result's size), int64 (count, ndim)."""
     from anneal.tensor import Tensor
 
+    if x.ndim == 0:  # torch: a 0-d tensor is one element with no dims to index
+        count = int(x.numpy() != 0)
+        if as_tuple:
+            return (Tensor(np.zeros(count, np.int64), device=x.device),)
+        return Tensor(np.zeros((count, 0), np.int64), device=x.device)
     where_ = np.nonzero(x.numpy())
     if as_tuple:
         return tuple(Tensor(np.asarray(w, np.int64), device=x.device) for w in where_)

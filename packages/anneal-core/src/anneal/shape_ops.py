@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
 
@@ -73,10 +75,36 @@ def roll(x: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | Non
     return out
 
 
-def repeat_interleave(x: Tensor, repeats: int, dim: int | None = None) -> Tensor:
-    """Each element repeated `repeats` times along dim (x flattened first when dim is None)."""
+def repeat_interleave(
+    x: Tensor, repeats: int | Tensor, dim: int | None = None, output_size: int | None = None
+) -> Tensor:
+    """Each element repeated `repeats` times along dim (x flattened first when dim is None). A tensor of counts, one
+    per element (or one for all), is read when the op is built (the result's size is its sum, as torch reads it),
+    and the elements are gathered by index, so the gradient of each sums its copies'."""
+    from anneal.tensor import Tensor
+
+    if isinstance(repeats, Tensor):
+        if repeats.dtype.is_float:
+            raise RuntimeError(f"repeat_interleave: repeats must be an integer tensor, got {repeats.dtype.name}")
+        if repeats.ndim > 1:
+            raise RuntimeError(f"repeat_interleave: repeats must be 0-d or 1-d, got shape {repeats.shape}")
+        if repeats.numel() == 1:
+            return repeat_interleave(x, int(repeats.item()), dim, output_size)
+        if dim is None:
+            x, dim = x.flatten(), 0
+        d = _dim(dim, x.ndim, "repeat_interleave")
+        counts = repeats.numpy().astype(np.int64)
+        if counts.shape[0] != x.shape[d]:
+            raise RuntimeError(f"repeat_interleave: {counts.shape[0]} repeats for dim {d} of size {x.shape[d]}")
+        if (counts < 0).any():
+            raise RuntimeError(f"repeat_interleave: repeats must be >= 0, got {counts.min()}")
+        if output_size is not None and output_size != int(counts.sum()):
+            raise RuntimeError(f"repeat_interleave: output_size {output_size} is not the sum of repeats "
+                               f"{int(counts.sum())}")  # fmt: skip
+        index = Tensor(np.repeat(np.arange(counts.shape[0]), counts), device=x.device)
+        return x[(slice(None),) * d + (index,)]
     if not isinstance(repeats, int):
-        raise NotImplementedError("repeat_interleave: repeats must be one int (per-element counts are not supported)")
+        raise TypeError(f"repeat_interleave: repeats must be an int or an integer tensor, got {type(repeats).__name__}")
     if repeats < 0:
         raise RuntimeError(f"repeat_interleave: repeats must be >= 0, got {repeats}")
     if dim is None:

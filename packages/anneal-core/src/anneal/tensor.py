@@ -1177,6 +1177,9 @@ class Tensor:
             return self.amax(None, keepdim) if name == "max" else self.amin(None, keepdim)
         if not isinstance(dim, builtins.int) or isinstance(dim, builtins.bool):
             raise TypeError(f"{name}(dim) takes one int dim, as torch's, got {dim!r}; amax/amin take several")
+        if self.ndim == 0:  # the element itself, at index 0 (dim 0 and -1 name it)
+            _norm_dim(dim, 0, name)
+            return ValuesIndices(self * 1, Tensor.zeros((), dtype=dtypes.int64, device=self.device))
         if any(self.shape[a] == 0 for a in self._axes(dim, name)):
             raise IndexError(f"{name}(): cannot reduce over the empty dim {dim} of shape {self.shape} "
                              f"(an empty dim has no {name}imum)")  # fmt: skip
@@ -1224,6 +1227,8 @@ class Tensor:
         if axis is None:
             return self.flatten().argmax(0)
         d = _norm_dim(axis, self.ndim, "argmax")
+        if self.ndim == 0:
+            return Tensor.zeros((), dtype=dtypes.int64, device=self.device)
         n = self.shape[d]
         m = self._amax(d, keepdim=True)
         if self.dtype.is_float:  # NaN is the max, as torch (found by its bits: WGSL's max and != may drop a NaN)
@@ -1367,8 +1372,9 @@ class Tensor:
     ) -> Tensor:
         return shape_ops.roll(self, shifts, dims)
 
-    def repeat_interleave(self, repeats: builtins.int, dim: builtins.int | None = None) -> Tensor:
-        return shape_ops.repeat_interleave(self, repeats, dim)
+    def repeat_interleave(self, repeats: builtins.int | Tensor, dim: builtins.int | None = None,
+                          output_size: builtins.int | None = None) -> Tensor:  # fmt: skip
+        return shape_ops.repeat_interleave(self, repeats, dim, output_size)
 
     def unfold(self, dimension: builtins.int, size: builtins.int, step: builtins.int) -> Tensor:
         return shape_ops.unfold(self, dimension, size, step)
@@ -1376,15 +1382,13 @@ class Tensor:
     def t(self) -> Tensor:
         return shape_ops.t(self)
 
-    def std_mean(
-        self, dim: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1
-    ) -> tuple[Tensor, Tensor]:
-        return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
+    def std_mean(self, dim: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1,
+                 unbiased: builtins.bool | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+        return self.std(dim, keepdim, correction, unbiased=unbiased), self.mean(dim, keepdim)
 
-    def var_mean(
-        self, dim: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1
-    ) -> tuple[Tensor, Tensor]:
-        return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
+    def var_mean(self, dim: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1,
+                 unbiased: builtins.bool | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+        return self.var(dim, keepdim, correction, unbiased=unbiased), self.mean(dim, keepdim)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self.numpy() if dtype is None else self.numpy().astype(dtype)
@@ -1587,7 +1591,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     """Basic indexing: ints, slices (any step), None and Ellipsis; tensors, lists and masks: anneal.indexing."""
     if not isinstance(index, tuple):
         index = (index,)
-    if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
+    if any(isinstance(i, (Tensor, list, tuple, np.ndarray)) for i in index):  # a tuple inside the index is a list
         return indexing.getitem(x, index)
     index = indexing.full_index(x, index)  # Ellipsis expanded, trailing dims filled, too many indices refused
     shrink, flips, steps = [], [], []

@@ -584,6 +584,10 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002 - torch'
     return _inplace(input, input.relu(), inplace)
 
 
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:  # noqa: A002
+    return _inplace(input, input.leaky_relu(negative_slope), inplace)
+
+
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")

@@ -590,6 +590,156 @@ class Sigmoid(Module):
         return x.sigmoid()
 
 
+class ELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class CELU(ELU):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.celu(x, self.alpha)
+
+
+class SELU(Module):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.selu(x)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        if min_val > max_val:
+            raise ValueError(f"Hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})")
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardtanh(x, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class ReLU6(Hardtanh):
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__(0.0, 6.0, inplace)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        self.negative_slope, self.inplace = negative_slope, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}"
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class _Pointwise(Module):
+    """An activation without parameters: forward is the function of anneal.nn.functional named by FN."""
+
+    FN = ""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return getattr(F, self.FN)(x)
+
+
+class Mish(_Pointwise):
+    FN = "mish"
+
+
+class Hardsigmoid(_Pointwise):
+    FN = "hardsigmoid"
+
+
+class Hardswish(_Pointwise):
+    FN = "hardswish"
+
+
+class Softsign(_Pointwise):
+    FN = "softsign"
+
+
+class LogSigmoid(_Pointwise):
+    FN = "logsigmoid"
+
+
+class _AlongDim(Module):
+    """softmax, log_softmax and softmin along dim (None: torch's legacy choice for the input's rank)."""
+
+    FN = ""
+
+    def __init__(self, dim: int | None = None) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return getattr(F, self.FN)(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Softmax(_AlongDim):
+    FN = "softmax"
+
+
+class LogSoftmax(_AlongDim):
+    FN = "log_softmax"
+
+
+class Softmin(_AlongDim):
+    FN = "softmin"
+
+
+class GroupNorm(Module):
+    """torch.nn.GroupNorm: weight ones and bias zeros per channel (affine)."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        dt = _float_dtype(dtype)
+        self.weight = _param(Tensor.ones(num_channels, dtype=dt, device=device)) if affine else None
+        self.bias = _param(Tensor.zeros(num_channels, dtype=dt, device=device)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
 class Identity(Module):
     def forward(self, x: Tensor) -> Tensor:
         return x
@@ -682,8 +832,46 @@ class ModuleList(Module):
             self.append(m)
         return self
 
-    def __getitem__(self, i: int) -> Module:
+    def _renumber(self, items: list[Module]) -> None:
+        """Children named 0, 1, ... again after an insert or a delete (torch's names follow positions)."""
+        for k in range(len(self)):
+            delattr(self, str(k))
+        for m in items:
+            self.append(m)
+
+    def insert(self, index: int, m: Module) -> None:
+        items = self._items()
+        items.insert(index, m)
+        self._renumber(items)
+
+    def pop(self, index: int = -1) -> Module:
+        items = self._items()
+        m = items.pop(index)
+        self._renumber(items)
+        return m
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return ModuleList(self._items()[i])
         return self._items()[i]
+
+    def __setitem__(self, i: int, m: Module) -> None:
+        if not isinstance(m, Module):
+            raise TypeError(f"ModuleList: {type(m).__name__} is not a Module")
+        items = self._items()
+        items[i] = m
+        self._renumber(items)
+
+    def __delitem__(self, i: int | slice) -> None:
+        items = self._items()
+        del items[i]
+        self._renumber(items)
+
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        return ModuleList([*self, *other])
+
+    def __iadd__(self, other: Iterable[Module]) -> ModuleList:
+        return self.extend(other)
 
     def __len__(self) -> int:
         return len(self._items())
@@ -733,6 +921,22 @@ class ModuleDict(Module):
 
     def items(self) -> list[tuple[str, Module]]:
         return list(self.named_children())
+
+    def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
+        for k, m in modules.items() if isinstance(modules, Mapping) else modules:
+            self[k] = m
+
+    def pop(self, key: str) -> Module:
+        m = self[key]
+        delattr(self, key)
+        return m
+
+    def __delitem__(self, key: str) -> None:
+        self.pop(key)
+
+    def clear(self) -> None:
+        for k in self.keys():
+            delattr(self, k)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("ModuleDict is a container: call its modules, not the dict")
