@@ -310,3 +310,22 @@ def test_integer_tensor_to_a_negative_int_raises_as_torch(exponent: int) -> None
         torch.from_numpy(data) ** exponent
     with pytest.raises(type(torch_error.value), match="negative integer powers"):
         Tensor(data, device=DEV) ** exponent
+
+
+@pytest.mark.parametrize("name, data", [
+    ("sinh", [88.0, 89.0, -89.0, 89.4, -89.4, 100.0, -100.0]),  # finite up to where the value overflows
+    ("cosh", [88.0, 89.0, -89.0, 89.4, -89.4, 100.0, -100.0]),
+    ("atanh", [0.999999, -0.999999, 0.9999, -0.9999, 1e-6, -1e-6, 1.0, -1.0]),  # both ends as accurate
+    ("log1p", [2e-6, -1e-5, 1e-4, 3e-3, 0.05, -0.05, 0.0999, 0.1001, -0.3]),  # relative accuracy near 0
+])  # fmt: skip
+def test_inverse_and_hyperbolic_functions_near_their_edges_match_torch(name: str, data: list[float]) -> None:
+    x = np.array(data, np.float32)
+    a, t = Tensor(x, device=DEV, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ya, yt = getattr(a, name)(), getattr(t, name)()
+    np.testing.assert_allclose(ya.numpy(), yt.detach().numpy(), rtol=1e-5, equal_nan=True, err_msg=name)
+    ya.sum().backward()
+    yt.sum().backward()
+    assert a.grad is not None and t.grad is not None
+    np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=1e-4, equal_nan=True, err_msg=f"d {name}")
+    zero = getattr(Tensor(np.array([-0.0, 0.0], np.float32), device=DEV), name)().numpy()
+    np.testing.assert_array_equal(np.signbit(zero), np.signbit(getattr(torch.tensor([-0.0, 0.0]), name)().numpy()))

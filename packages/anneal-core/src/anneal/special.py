@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 TAN_PI_8 = math.tan(math.pi / 8)
 ATAN_TERMS = 10  # atan(t) for |t| <= tan(pi/8): the Taylor terms up to t^19 (the next, t^21/21, is < 1e-9)
 LN2 = math.log(2)
+LOG1P_SERIES_BELOW, LOG1P_TERMS = 0.1, 9  # log1p(x) = x - x^2/2 + ... for |x| < 0.1: 9 terms (x^10/10 < 1e-9 x)
 
 
 def log1p(x: Tensor) -> Tensor:
@@ -31,7 +32,13 @@ def log1p(x: Tensor) -> Tensor:
     exact = u == 1  # 1 + x rounded to 1: log1p(x) is x
     infinite = u == math.inf  # inf / inf would be NaN; log1p(-inf) is NaN as it should be
     corrected = u.log() * (x / where(exact | infinite, 1.0, u - 1))
-    return with_gradient(where(exact, x, where(infinite, u, corrected)), (x,), _log1p_gradient)
+    # near 0 by its series: WGSL's log2 is only 2^-21 accurate in absolute terms on [0.5, 2] (lavapipe's is), which
+    # is all of log1p(1e-6); the terms to x^9 leave less than 1e-9 relative below 0.1
+    series = x * 0.0
+    for k in range(LOG1P_TERMS, 0, -1):
+        series = x * ((1.0 if k % 2 else -1.0) / k + series)
+    small = x.abs() < LOG1P_SERIES_BELOW
+    return with_gradient(where(exact, x, where(small, series, where(infinite, u, corrected))), (x,), _log1p_gradient)
 
 
 def _log1p_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
@@ -98,9 +105,16 @@ def sinh(x: Tensor) -> Tensor:
 
     x = x._float()
     small = x.abs() < 1
-    e = x.abs().exp()
-    large = where(x < 0, -1.0, 1.0) * (e - 1 / e) * 0.5
+    half = _half_exp(x)
+    large = where(x < 0, -1.0, 1.0) * (half - 0.25 / half)
     return with_gradient(where(small, 0.5 * (expm1(x) - expm1(-x)), large), (x,), _sinh_gradient)
+
+
+def _half_exp(x: Tensor) -> Tensor:
+    """e^|x| / 2 as e^(|x|/2) * (e^(|x|/2) / 2): finite up to |x| = 89.4, where sinh and cosh themselves overflow
+    (e^|x| would at 88.7; and exp2 near 2^128 is clamped on the cpu backend)."""
+    h = (x.abs() * 0.5).exp()
+    return h * (h * 0.5)
 
 
 def _sinh_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
@@ -109,8 +123,8 @@ def _sinh_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
 
 def cosh(x: Tensor) -> Tensor:
     x = x._float()
-    e = x.abs().exp()
-    return with_gradient((0.5 * (e + 1 / e)), (x,), _cosh_gradient)
+    half = _half_exp(x)
+    return with_gradient(half + 0.25 / half, (x,), _cosh_gradient)
 
 
 def _cosh_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
@@ -148,8 +162,14 @@ def _acosh_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
 
 
 def atanh(x: Tensor) -> Tensor:
+    """An odd function, computed at |x| (where 2|x| / (1 - |x|) is positive and log1p exact near -1 too), then
+    given x's sign (-0.0's included)."""
+    from anneal.tensor import where
+
     x = x._float()
-    return with_gradient((0.5 * log1p(2 * x / (1 - x))), (x,), _atanh_gradient)
+    a = x.abs()
+    v = where(x == 0, x, _copysign(0.5 * log1p(2 * a / (1 - a)), x))  # a zero is its own atanh, sign and all
+    return with_gradient(v, (x,), _atanh_gradient)
 
 
 def _atanh_gradient(g: Tensor, x: Tensor) -> tuple[Tensor]:
