@@ -3,6 +3,7 @@ than cpu the repr names it, as torch's names device='cuda:0'."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -15,12 +16,12 @@ from anneal import Tensor
 
 
 def _on_device(torch_repr: str) -> str:
-    """torch's repr of a CPU tensor as it reads for the same tensor on DEV: the device first among the extras."""
+    """torch's repr of a CPU tensor as torch would print it on another device: the device first among the
+    suffixes, which torch's own rule then places (after ", " or on a new line past 80 characters)."""
     if DEV == "cpu":
         return torch_repr
-    extras = [k for k in (", dtype=", ", requires_grad=") if k in torch_repr]
-    at = torch_repr.index(extras[0]) if extras else torch_repr.rindex(")")
-    return f"{torch_repr[:at]}, device='{DEV}'{torch_repr[at:]}"
+    body, *suffixes = re.split(r",\s+(?=(?:size|dtype|requires_grad)=)", torch_repr[:-1])
+    return torch._tensor_str._add_suffixes(body, [f"device='{DEV}'", *suffixes], len("tensor("), False)
 
 
 def test_no_grad_results_have_no_history_and_backward_stops_there() -> None:
@@ -79,6 +80,23 @@ def test_no_grad_and_enable_grad_decorate_without_parentheses_as_torch() -> None
     lambda m, **d: m.tensor([[0.5, -1.25]], **d),
     lambda m, **d: m.tensor([1e-5, 3.0, float("nan")], **d),
     lambda m, **d: m.tensor(3.5, **d),
+    lambda m, **d: m.tensor(7, **d),
+    lambda m, **d: m.tensor([1, 200], dtype=m.uint8, **d),
+    lambda m, **d: m.tensor([1e10, 2.0], **d),
+    lambda m, **d: m.tensor([123456.0, 2.5], **d),
+    lambda m, **d: m.tensor([float("inf"), -float("inf"), 1.0], **d),  # padded to the finite values' width
+    lambda m, **d: m.tensor([float("inf"), 1.5], **d),
+    lambda m, **d: m.tensor([-0.0, 1.0], **d),
+    lambda m, **d: m.tensor([1.5, 2.0], dtype=m.float16, **d),
+    lambda m, **d: m.tensor([1.5, 2.0], dtype=m.bfloat16, **d),
+    lambda m, **d: m.tensor([], **d),
+    lambda m, **d: m.tensor(np.zeros((0, 3), np.float32), **d),
+    lambda m, **d: m.tensor(np.zeros((2, 0), np.int32), **d),
+    lambda m, **d: m.tensor(np.arange(8, dtype=np.float32).reshape(2, 2, 2) / 3, **d),
+    lambda m, **d: m.tensor(np.arange(30, dtype=np.float32) * 1.5, **d),  # 8 to a line of 80
+    lambda m, **d: m.tensor(np.arange(2000), **d),  # summarized: " ..." padded like an element
+    lambda m, **d: m.tensor(np.arange(5000, dtype=np.float32).reshape(50, 100), **d),
+    lambda m, **d: m.tensor(np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 3, 4) ** 3, requires_grad=True, **d),
 ])  # fmt: skip
 def test_repr_shows_the_values_as_torch(make: Any) -> None:
     got, want = repr(make(anneal, device=DEV)), _on_device(repr(make(torch)))
@@ -88,5 +106,4 @@ def test_repr_shows_the_values_as_torch(make: Any) -> None:
 def test_repr_of_a_large_tensor_is_summarized() -> None:
     values = np.arange(5000, dtype=np.float32)
     text = repr(Tensor(values, device=DEV))
-    assert text.split() == _on_device(repr(torch.tensor(values))).split()  # spacing aside
-    assert "..." in text and len(text) < 230
+    assert text == _on_device(repr(torch.tensor(values))) and "..." in text and len(text) < 230

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from anneal import bounds, grad_mode, indexing, order, shape_ops, special
+from anneal import bounds, grad_mode, indexing, order, printing, shape_ops, special
 from anneal import random as _random
 from anneal.composite import with_gradient
 from anneal.errors import DTypeError, EmptyReduction, ShapeError
@@ -290,16 +290,17 @@ class Tensor:
             grad = " requires_grad" if self.requires_grad else ""
             return f"<Tensor {render_shape(self.shape)} {self.dtype.name} on {self.device}{grad}>"
         values = self.numpy()
-        style: dict[str, Any] = {}
-        if self.dtype.is_float and not _integer_valued(values):  # torch: 4 decimals (1., 2. when whole)
-            style = {"precision": 4, "floatmode": "fixed"}
-        body = np.array2string(values, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, **style)
-        extras = [f"device='{self.device}'"] if self.device != "cpu" else []
-        if self.dtype not in (dtypes.float32, dtypes.int64, dtypes.bool):
-            extras.append(f"dtype=anneal.{self.dtype.name}")
-        if self.requires_grad:
-            extras.append("requires_grad=True")
-        return f"tensor({body}{''.join(', ' + e for e in extras)})"
+        prefix = "tensor("
+        suffixes = [f"device='{self.device}'"] if self.device != "cpu" else []
+        if values.size == 0:  # torch: the size unless (0,), and the dtype unless the default float
+            suffixes += [f"size={tuple(self.shape)}"] if self.ndim != 1 else []
+            suffixes += [f"dtype=anneal.{self.dtype.name}"] if self.dtype != dtypes.float32 else []
+        elif self.dtype not in (dtypes.float32, dtypes.int64, dtypes.bool):
+            suffixes.append(f"dtype=anneal.{self.dtype.name}")
+        if self.requires_grad:  # torch names a non-leaf's grad_fn; anneal has no function objects to name
+            suffixes.append("requires_grad=True")
+        body = printing.values_str(values, self.dtype.is_float, len(prefix))
+        return printing.with_suffixes(prefix + body, suffixes, len(prefix))
 
     def realize(self) -> Tensor:
         """Compute the value now. Autograd still sees how it was computed: backward() after a read works."""
@@ -1437,14 +1438,6 @@ def _wrapped(value: Any, dtype: DType) -> Any:
     span = 1 << dtype.bits
     value %= span
     return value - span if not dtype.is_unsigned and value >= span >> 1 else value
-
-
-def _integer_valued(values: np.ndarray) -> bool:
-    """Whether torch prints these floats as whole numbers (1., 2.) rather than with 4 decimals."""
-    finite = np.abs(values[np.isfinite(values)]).astype(np.float64)
-    nonzero = finite[finite > 0]
-    wide = nonzero.size > 0 and (nonzero.max() >= 1e8 or nonzero.max() / nonzero.min() > 1e3)
-    return bool(np.all(finite == np.round(finite))) and not wide
 
 
 def _move(x: Tensor, src: int, dst: int) -> Tensor:
