@@ -55,6 +55,9 @@ VALUES: dict[str, Callable[[Any, Any], Any]] = {
     "any over a size-0 axis": lambda m, T: T(np.zeros((2, 0), np.float32)).any(1),
     "all over a size-0 axis": lambda m, T: T(np.zeros((2, 0), np.float32)).all(1),
     "cat with an empty piece": lambda m, T: m.cat([T(np.zeros((0, 3), np.float32)), T(np.ones((2, 3), np.float32))]),
+    "cat skips a 1-d empty piece (torch's legacy rule)": lambda m, T: m.cat(
+        [T(np.ones((2, 3), np.float32)), T(np.zeros(0, np.int64)), T(np.ones((1, 3), np.float32))]
+    ),
     "softmax of 0-d": lambda m, T: T(np.float32(2.0)).softmax(0),
     "log_softmax of 0-d": lambda m, T: T(np.float32(2.0)).log_softmax(-1),
     "logsumexp of 0-d": lambda m, T: T(np.float32(2.0)).logsumexp(0),

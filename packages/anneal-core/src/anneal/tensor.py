@@ -1548,6 +1548,12 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     tensors = [t for t in tensors]
     if not tensors:
         raise ShapeError("cat: expected a non-empty list of tensors")
+    legacy = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]  # torch skips 1-d empty pieces
+    if legacy and len(legacy) < len(tensors):
+        dt = tensors[0].dtype
+        for t in tensors[1:]:
+            dt = promote_types(dt, t.dtype)
+        return cat([t.cast(dt) for t in legacy], dim)
     ref = tensors[0]
     d = _norm_dim(dim, ref.ndim, "cat")
     for t in tensors[1:]:
