@@ -61,7 +61,7 @@ def test_auto_without_webgpu_says_why() -> None:
         "auto chose cpu: webgpu is unavailable: no Vulkan/Metal/D3D12 adapter found; install a Vulkan driver",
     )
     name, note = make({"cpu": (Thing, UP)}).auto()
-    assert name == "cpu" and "pip install anneal-wgpu" in note
+    assert name == "cpu" and "install anneal-wgpu" in note
 
 
 def test_auto_without_cpu_backend() -> None:

@@ -186,6 +186,7 @@ FUNCTIONAL_EXAMPLES: dict[str, str] = {
     **{name: f"F.{name}(x, y)" for name in "binary_cross_entropy binary_cross_entropy_with_logits l1_loss mse_loss "
                                             "smooth_l1_loss".split()},
     **{name: f"F.{name}(x, 1)" for name in ("softmax", "log_softmax", "softmin")},
+    "leaky_relu": "F.leaky_relu(x, 0.1)",
     "dropout": "F.dropout(x, 0.5)", "linear": "F.linear(x, w.T)", "layer_norm": "F.layer_norm(x, 3)",
     "cross_entropy": "F.cross_entropy(x, labels)", "nll_loss": "F.nll_loss(x.log_softmax(1), labels)",
     "class_nll": "F.class_nll(x.log_softmax(1), labels, None, -100, 'mean', 'nll_loss')",

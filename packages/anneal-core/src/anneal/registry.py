@@ -75,7 +75,7 @@ class Devices:
         if gpu is not None and gpu.available and not gpu.software:
             return GPU_BACKEND, f"auto chose webgpu: {gpu.detail}"
         if gpu is None:
-            reason = "the webgpu backend is not installed or is disabled (pip install anneal-wgpu)"
+            reason = "the webgpu backend is not installed or is disabled (install anneal-wgpu from the project's wheel)"
         elif gpu.available:
             reason = f"the only WebGPU adapter, {gpu.detail}, runs on the CPU and is slower than numpy"
             reason += " (--device webgpu uses it anyway)"

@@ -5,7 +5,8 @@ A file is written to a temporary name in the target's own folder (a rename acros
 atomic), flushed and fsynced, renamed over the target with `os.replace`, and the folder is fsynced so the rename
 itself survives a crash. On any error, KeyboardInterrupt included, the temporary file is removed and the old
 target is left as it was: a reader (another process sharing the cache) sees the old content or the new, never
-half of it. `anneal.files` is the same helper for what anneal-core and above write (checkpoints, downloads).
+half of it. `anneal.files` re-exports it, with atomic folders, for what anneal-core and above write (checkpoints,
+downloads).
 
     from anneal_ir.files import atomic_write, commit
     atomic_write(path, data)   # bytes

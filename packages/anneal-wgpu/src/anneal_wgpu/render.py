@@ -470,9 +470,13 @@ def check_indices(name: str, ast: UOp) -> None:
         if n.op in (Ops.LOAD, Ops.STORE) and n.src[0].op is Ops.DEFINE_GLOBAL:
             index = n.src[1]
             for i, reads_data in _index_nodes(index).items():
-                if (i is index or not reads_data) and not (I32_MIN <= i.vmin and i.vmax <= I32_MAX):
+                checked = i is index or not (reads_data or i.op is Ops.CONST)  # a constant counts where it is used
+                if checked and not (I32_MIN <= i.vmin and i.vmax <= I32_MAX):
                     raise RenderError(f"kernel {name}: index value range [{i.vmin}, {i.vmax}] of {i.op.name} does "
                                       "not fit in i32; split the tensor")  # fmt: skip
+
+
+_DATA = frozenset({Ops.LOAD, Ops.REDUCE, Ops.THREEFRY})  # values a kernel reads or draws, not index arithmetic
 
 
 def _index_nodes(index: UOp) -> dict[UOp, bool]:
@@ -484,12 +488,12 @@ def _index_nodes(index: UOp) -> dict[UOp, bool]:
         u = todo.pop()
         if u not in reached:
             reached.add(u)
-            if u.op not in (Ops.LOAD, Ops.REDUCE):
+            if u.op not in _DATA:
                 todo.extend(u.src)
     out: dict[UOp, bool] = {}
     for u in index.toposort():  # sources before their users
         if u in reached:
-            out[u] = u.op in (Ops.LOAD, Ops.REDUCE) or any(out.get(s, False) for s in u.src)
+            out[u] = u.op in _DATA or any(out.get(s, False) for s in u.src)
     return out
 
 

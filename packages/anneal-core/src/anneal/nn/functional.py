@@ -82,6 +82,7 @@ __all__ = [
     "interpolate",
     "l1_loss",
     "layer_norm",
+    "leaky_relu",
     "linear",
     "log_softmax",
     "logsigmoid",
