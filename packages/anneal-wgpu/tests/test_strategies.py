@@ -336,3 +336,17 @@ def test_a_ragged_k_guards_the_staged_tiles_not_the_multiply_adds(runner: Runner
     source = render_wgsl("k0", kern.ast, opts=opts).source
     assert kind_of(opts) == "tile" and "fma(" in source
     assert not re.search(r"acc\d+ = \(acc\d+ \+", source)
+
+
+def test_invocations_step_along_the_range_a_reduction_reads_contiguously(runner: Runner) -> None:
+    # per-channel sums over a channels-last image, kept channels first: invocations step along the channels (the
+    # loads' unit stride), not along the batch, the output's innermost range (a batch norm's statistics)
+    x = rng.standard_normal((16, 64, 32)).astype(np.float32)  # (batch, positions, channels)
+    xt = tensor(runner, x)
+    moved = UOp(Ops.PERMUTE, F32, (xt,), (2, 0, 1))  # (channels, batch, positions)
+    sums = UOp(Ops.RESHAPE, F32, (reduce(moved, Ops.ADD, 2),), (32, 16))
+    (kern,) = runner.scheduler.schedule([sums])[0].kernels
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    channels = min(r.arg[0] for r in kern.ast.toposort() if r.op is Ops.RANGE)
+    assert Opt(OptOps.MERGE, 0, channels + 1) in opts, opts
+    check_every_candidate(runner, sums, x.sum(1).T, rtol=1e-5, atol=1e-4)

@@ -55,18 +55,41 @@ def max_local(limits: Limits) -> int:
     return min(limits.max_workgroup_invocations, limits.max_workgroup_size[0])
 
 
+def _read_along(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp]) -> UOp | None:
+    """The output range a reduction kernel's reads are contiguous along (the range of unit stride in the loads that
+    read the most elements), where it is not already the innermost: neighbouring invocations should step along it.
+    A batch norm's statistics over a channels-last image read 128 channels side by side, but their outputs were
+    laid out channels first: invocations stepping along the batch read 512 KB apart (8.2 ms instead of 0.1)."""
+    weight: dict[UOp, int] = {}
+    for n in ast.toposort():
+        if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL:
+            aff = affine(n.src[1])
+            if aff is None:
+                continue
+            points = math.prod(extent(r) for r in deps[n] | {r for r in aff[0] if r.op is Ops.RANGE})
+            for r in globals_:
+                if aff[0].get(r) == 1:
+                    weight[r] = weight.get(r, 0) + points
+    if not weight:
+        return None
+    best = max(globals_, key=lambda r: (weight.get(r, 0), r.arg[0]))
+    return None if best is globals_[-1] or weight.get(best, 0) <= weight.get(globals_[-1], 0) else best
+
+
 def flat_opts(ast: UOp, limits: Limits, local: int = 256, vec: bool = True) -> tuple[Opt, ...]:
     deps = ranges_of(ast)
     globals_ = global_ranges(deps)
     reduces = [n for n in deps if n.op is Ops.REDUCE]
     outputs = math.prod(extent(r) for r in globals_) if globals_ else 1
     opts: list[Opt] = []
-    wide = vec and bool(globals_) and vectorizable(globals_[-1]) and (not reduces or outputs >= (1 << 18))
-    if wide and not (len(globals_) == 1 and extent(globals_[0]) == 4):
-        opts.append(Opt(OptOps.VECTOR, globals_[-1].arg[0]))
+    along = _read_along(ast, deps, globals_) if reduces and len(globals_) > 1 else None
+    inner = along if along is not None else globals_[-1] if globals_ else None
+    wide = vec and inner is not None and vectorizable(inner) and (not reduces or outputs >= (1 << 18))
+    if wide and inner is not None and not (len(globals_) == 1 and extent(globals_[0]) == 4):
+        opts.append(Opt(OptOps.VECTOR, inner.arg[0]))
         outputs //= 4
     if len(globals_) > 1:
-        opts.append(Opt(OptOps.MERGE))
+        opts.append(Opt(OptOps.MERGE, 0, along.arg[0] + 1 if along is not None else 0))
     if globals_ and outputs >= 2:
         opts.append(Opt(OptOps.LOCAL, globals_[0].arg[0], min(local, max_local(limits), _pow2_at_least(outputs))))
     return tuple(opts)

@@ -18,7 +18,8 @@ VECTOR     any           is four lanes of one vec4 value (amount 4)
 UNROLL     reduce        is unrolled inside the reduction's loop
 GROUP      reduce        is shared among the workgroup's invocations, combined in workgroup memory
 LOOP       global        (no split) the whole range is iterated inside each invocation
-MERGE      all globals   (no split) they become one range, the flat index (axis: unused)
+MERGE      all globals   (no split) they become one range, the flat index; ``amount`` k > 0 puts range k - 1
+                         innermost (neighbouring invocations step along it), 0 keeps their order
 JOIN       two globals   (no split) range ``axis`` and range ``amount`` (its inner neighbour) become one
                          range with axis's id: a tile's rows may span both (a small image's y and x)
 STAGE      --            the contraction's operand ``axis`` (0: a, 1: b) is computed once per
@@ -63,7 +64,8 @@ class OptOps(Enum):
 class Opt:
     op: OptOps
     axis: int = 0  # the range's id (STAGE: the operand, 0 or 1; MERGE: unused)
-    amount: int = 0  # the split's size (JOIN: the inner range's id)
+    # the split's size (JOIN: the inner range's id; MERGE: 1 + the id of the range put innermost, 0: none)
+    amount: int = 0
 
     def __repr__(self) -> str:
         return f"{self.op.name}({self.axis}{f', {self.amount}' if self.amount else ''})"
@@ -197,16 +199,22 @@ def _loop(ast: UOp, opt: Opt) -> UOp:
     return _gate(ast, r, (looped,), looped, None)
 
 
-def _merge(ast: UOp) -> UOp:
+def _merge(ast: UOp, opt_inner: int | None = None) -> UOp:
     """Every global range becomes part of one flat index: range i is flat // stride_i % extent_i."""
     globals_ = [r for r in _ranges(ast) if kind(r) == "global"]
     if len(globals_) < 2:
         return ast
+    if opt_inner is not None:
+        inner = [r for r in globals_ if r.arg[0] == opt_inner]
+        if not inner:
+            raise OptError(f"MERGE: no global range {opt_inner} to put innermost")
+        globals_ = [r for r in globals_ if r is not inner[0]] + inner
     ends = [r.src[0] for r in globals_]
     total = ends[0]
     for e in ends[1:]:
         total = total * e
-    flat = make_range(simplify_kernel(total), globals_[0].arg[0], "global", globals_[0].arg[0], 1)
+    first = min(r.arg[0] for r in globals_)  # the flat index keeps the first id: later opts name it so
+    flat = make_range(simplify_kernel(total), first, "global", first, 1)
     mapping: dict[UOp, UOp] = {}
     step: UOp | int = 1
     for r, e in zip(reversed(globals_), reversed(ends)):
@@ -298,7 +306,7 @@ def apply_opt(ast: UOp, opt: Opt, simplify: bool = True) -> UOp:
     elif opt.op is OptOps.LOOP:
         out = _loop(ast, opt)
     elif opt.op is OptOps.MERGE:
-        out = _merge(ast)
+        out = _merge(ast, opt.amount - 1 if opt.amount else None)
     elif opt.op is OptOps.JOIN:
         out = _join(ast, opt)
     elif opt.op is OptOps.STAGE:
