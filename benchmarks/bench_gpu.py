@@ -180,6 +180,22 @@ def softmax(rows: int, cols: int, peak: float | None, do_sweep: bool = False) ->
     return report(name, ta, tt, 2 * 4 * rows * cols / 1e9, "GB/s", peak, tg)
 
 
+def channel_sums(n: int, positions: int, channels: int, peak: float | None, do_sweep: bool = False) -> dict:
+    """A batch norm's statistics over channels-last activations: per-channel sums of squares, a long reduction
+    with few outputs (split into partial sums) read across the channels' contiguous rows."""
+    a = np.random.default_rng(0).standard_normal((n, positions, channels)).astype(np.float32)
+    x, tx = Tensor(a, device=DEVICE), torch.tensor(a, device=TORCH)
+    np.testing.assert_allclose(x.square().sum((0, 1)).numpy(), tx.square().sum((0, 1)).cpu().numpy(), rtol=1e-3)
+    step = jit(lambda u: u.square().sum((0, 1)).realize())
+    ta = timeit(lambda: step(x), sync, runs=50)
+    tt = timeit(lambda: tx.square().sum((0, 1)), torch_sync, runs=50)
+    tg = gpu_time(lambda: step(x))
+    gb = 4 * a.size / 1e9
+    if do_sweep:
+        sweep("channel sums", [x.square().sum((0, 1))], gb, "GB/s")
+    return report(f"channel sums {n}x{positions}x{channels} f32", ta, tt, gb, "GB/s", peak, tg)
+
+
 def training_step(model: str, steps: int = 20) -> dict:
     """One training step of a model from the zoo vs the same model in torch, eager, same hyperparameters."""
     from torch_models import torch_trainer
@@ -441,8 +457,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--torch-device", default="cuda")
     p.add_argument("--sweep", action="store_true", help="time every candidate: matmul, elementwise, softmax, convs")
-    p.add_argument("--only", default="",
-                   help="comma-separated cases: matmul,elementwise,softmax,overhead,steps,models,convs")  # fmt: skip
+    cases = "matmul,elementwise,softmax,reductions,overhead,steps,models,convs"
+    p.add_argument("--only", default="", help=f"comma-separated cases: {cases}")
     args = p.parse_args()
     global TORCH
     TORCH = args.torch_device
@@ -460,6 +476,8 @@ def main() -> None:
         results.append(elementwise(2**24 if args.quick else 2**26, args.peak_gbs, args.sweep))
     if "softmax" in only:
         results.append(softmax(4096, 4096 if args.quick else 8192, args.peak_gbs, args.sweep))
+    if "reductions" in only:
+        results.append(channel_sums(128 if args.quick else 512, 1024, 128, args.peak_gbs, args.sweep))
     if "overhead" in only:
         results.append(host_overhead())
     if "models" in only:

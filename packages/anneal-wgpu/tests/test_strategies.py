@@ -349,4 +349,5 @@ def test_invocations_step_along_the_range_a_reduction_reads_contiguously(runner:
     opts = choose_opts(kern.ast, runner.backend.limits)
     channels = min(r.arg[0] for r in kern.ast.toposort() if r.op is Ops.RANGE)
     assert Opt(OptOps.MERGE, 0, channels + 1) in opts, opts
+    assert any(o.op is OptOps.UNROLL and o.amount == 4 for o in opts)  # four loads of an invocation in flight
     check_every_candidate(runner, sums, x.sum(1).T, rtol=1e-5, atol=1e-4)
