@@ -9,9 +9,17 @@ same buffers across calls, so training steps replay correctly.
 A size that changes per call is a Variable: pass ``x.reshape(batch.bind(n), ...)`` and one
 capture serves every n in the Variable's bounds (its buffers are allocated for the largest).
 
+Host steps (``anneal_schedule.runner.HostStep``) are host code that is part of the step: placed
+in a schedule by ``realize_all(..., host_steps=...)`` (right after the kernels that compute what
+they wait for) or between schedules by ``anneal.realize.run_host_step``. The capture records them
+where they ran and every replay runs them there again, given that replay's buffers (an argument's
+buffer rebound like a kernel's). They are how a replay runs host work inside a step (a
+data-parallel step's gradient exchange) without tracing the function again.
+
 Rules, as in tinygrad's TinyJit: pass every per-call input as a Tensor argument (anything
-else is baked in at capture), realize what you return, and expect the returned tensors to
-be overwritten by the next call (copy them if you keep them).
+else is baked in at capture, except what host steps read when they run), realize what you
+return, and expect the returned tensors to be overwritten by the next call (copy them if you
+keep them).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ def _signature(ts: list[Tensor]) -> list[tuple]:
 
 @dataclass
 class Captured:
-    calls: list[Executed]
+    calls: list[Executed]  # schedules in the order they ran, with their host steps (a host step alone: no kernels)
     arg_slots: list[tuple[int, int, int]]  # (call, slot, argument position) to rebind
     outputs: Any  # the function's return value, tensors replaced by (call, slot) or kept
     signature: list[tuple]
@@ -57,6 +65,11 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
     calls: int = 0
     captured: Captured | None = None
     replays: int = field(default=0)
+
+    @property
+    def host_steps(self) -> int:
+        """Host steps each replay runs (0 before the capture)."""
+        return sum(len(call.host_steps) for call in self.captured.calls) if self.captured is not None else 0
 
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.fn)
@@ -128,7 +141,7 @@ class jit:  # noqa: N801 - used as a decorator, like torch.compile / TinyJit
         for c, s, i in cap.arg_slots:
             cap.calls[c].slots[s] = bufs[i]
         for call in cap.calls:
-            runner(call.slots[0].device).run_kernels(call.schedule, call.slots, values)
+            runner(call.device).run_kernels(call.schedule, call.slots, values, call.host_steps)
         bounds.read_again(cap.checks)
         self.replays += 1
 

@@ -26,7 +26,7 @@ from anneal_ir import Ops, Settings, UOp, graph_rewrite
 from anneal_ir.pattern import PatternMatcher, UPat
 from anneal_ir.sint import bind, bound_values, variables
 from anneal_schedule.buffer import Buffer
-from anneal_schedule.runner import Runner
+from anneal_schedule.runner import HostStep, Runner
 
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
@@ -130,13 +130,20 @@ _resolve = PatternMatcher([
 ], "resolve_realized")  # fmt: skip
 
 
-def realize(device: str, uops: list[UOp]) -> list[UOp]:
-    """Compute uops on device; returns the buffer view that now stands for each."""
+def realize(device: str, uops: list[UOp], host_steps: Sequence[tuple[HostStep, Sequence[int]]] = ()) -> list[UOp]:
+    """Compute uops on device; returns the buffer view that now stands for each. host_steps: host code to run in
+    the schedule, each as soon as the uops it waits for (indices into uops, computed by this schedule) are."""
     from anneal import bounds, random
 
-    todo = [u for u in uops if as_buffer(u) is None]
+    todo_index = [i for i, u in enumerate(uops) if as_buffer(u) is None]
+    todo = [uops[i] for i in todo_index]
     # the generator's counter advances with the first schedule after draws; index checks go with the next one
     writes = random.pending_writes(device) + bounds.pending_writes(device)
+    output = {i: j for j, i in enumerate(todo_index)}  # the schedule computes todo first: output j is todo[j]
+    for step, indices in host_steps:
+        if not all(i in output for i in indices):
+            raise ValueError(f"host step {step.name!r} waits for a value computed before this schedule; a host "
+                             "step follows the kernels that compute what it reads")  # fmt: skip
     if not todo and not writes:
         return uops
     done = _realized.setdefault(device, weakref.WeakKeyDictionary())
@@ -144,7 +151,7 @@ def realize(device: str, uops: list[UOp]) -> list[UOp]:
     sink = graph_rewrite(sink, _resolve, ctx=_Resolve(device, done), bottom_up=True, name="resolve_realized")
     run = runner(device)
     sched, inputs, bound = run.scheduler.schedule_bound(list(sink.src))
-    bufs = run.execute(sched, inputs, bound)
+    bufs = run.execute(sched, inputs, bound, [(step, [output[i] for i in indices]) for step, indices in host_steps])
     values = bound_values(sink) if any(variables(u.shape) for u in todo) else {}
     overwritten = {as_buffer(u.src[0]) for u in (*todo, *writes) if u.op is Ops.ASSIGN}
     for target in overwritten:
@@ -211,15 +218,33 @@ def settled(t: Tensor, view: UOp) -> UOp:
     return UOp(Ops.REALIZED, u.dtype, (view, u))
 
 
-def realize_all(tensors: Sequence[Tensor]) -> None:
+def realize_all(tensors: Sequence[Tensor], host_steps: Sequence[tuple[HostStep, Sequence[int]]] = ()) -> None:
     """Compute every tensor, one schedule per device; each then reads its result buffer. In-place writes
-    among them first pull in every waiting tensor that still reads the old contents of their targets."""
-    by_device: dict[str, list[Tensor]] = {}
-    for t in tensors:
-        by_device.setdefault(t.device, []).append(t)
-    for device, ts in by_device.items():
+    among them first pull in every waiting tensor that still reads the old contents of their targets.
+    host_steps: host code run inside the schedules, each right after the kernels that compute the tensors it waits
+    for (indices into tensors, all on one device; anneal_schedule.runner.HostStep)."""
+    by_device: dict[str, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    for step, indices in host_steps:
+        if len({tensors[i].device for i in indices}) != 1:
+            raise ValueError(f"host step {step.name!r} waits for tensors on several devices (or none)")
+    for device, chosen in by_device.items():
+        ts = [tensors[i] for i in chosen]
         targets = {as_buffer(t.uop.src[0]) for t in ts if t.uop.op is Ops.ASSIGN}
-        if targets:
-            ts = _readers_of(device, {b for b in targets if b is not None}, ts) + ts  # read before the writes
-        for t, view in zip(ts, realize(device, [t.uop for t in ts])):
+        readers = _readers_of(device, {b for b in targets if b is not None}, ts) if targets else []
+        ts = readers + ts  # read before the writes
+        at = {i: len(readers) + j for j, i in enumerate(chosen)}
+        steps = [(step, [at[i] for i in indices]) for step, indices in host_steps if indices[0] in at]
+        for t, view in zip(ts, realize(device, [t.uop for t in ts], steps)):
             t.uop = settled(t, view)
+
+
+def run_host_step(device: str, step: HostStep, tensors: Sequence[Tensor]) -> None:
+    """Run step now on the buffers of tensors (realized first), between schedules: inside anneal.jit it is recorded
+    and every replay runs it again at this point of the step."""
+    realize_all(tensors)
+    buffers = [as_buffer(t.uop) for t in tensors]
+    if any(b is None for b in buffers):
+        raise ValueError(f"host step {step.name!r}: its tensors must each be a whole buffer (not a view of one)")
+    runner(device).host(step, [b for b in buffers if b is not None])
