@@ -118,3 +118,15 @@ def test_contract_matches_einsum(sa: str, sb: str, so: str) -> None:
     want = np.einsum(f"{sa},{sb}->{so}", a, b)
     for contract in (numpy_contract, runtime.contract):
         np.testing.assert_allclose(contract(a, sa, b, sb, so), want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_async_read_is_complete_at_once_and_a_copy() -> None:
+    backend = CPUBackend()
+    handle = backend.allocate(4, dtypes.float32)
+    backend.copy_in(handle, np.arange(4, dtype=np.float32))
+    pending = backend.copy_out_async([(handle, 4, dtypes.float32), (handle, 2, dtypes.float32)])
+    assert pending.ready()
+    backend.copy_in(handle, np.zeros(4, np.float32))  # later writes do not reach what was read
+    whole, prefix = pending.result()
+    np.testing.assert_array_equal(whole, np.arange(4))
+    np.testing.assert_array_equal(prefix, [0, 1])

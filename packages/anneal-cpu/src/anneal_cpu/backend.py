@@ -99,6 +99,19 @@ class CPUProgram:
         return "none (C stages, BLAS contractions)" if self.compiled else "none (numpy)"
 
 
+@dataclass
+class DoneRead:
+    """A read that copy_out_async finished before returning (ready() at once)."""
+
+    arrays: list[np.ndarray]
+
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> list[np.ndarray]:
+        return self.arrays
+
+
 def usable_cores() -> int:
     affinity = getattr(os, "sched_getaffinity", None)  # Linux: the cores this process may run on
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
@@ -127,6 +140,10 @@ class CPUBackend:
 
     def copy_out(self, handle: np.ndarray, size: int, dtype: DType) -> np.ndarray:
         return handle[:size].copy()
+
+    def copy_out_async(self, reads: list[tuple[np.ndarray, int, DType]]) -> DoneRead:
+        """The WebGPU backend's asynchronous read, here complete at once: a kernel has finished when run() returns."""
+        return DoneRead([self.copy_out(handle, size, dtype) for handle, size, dtype in reads])
 
     def compile(self, name: str, ast: UOp) -> CPUProgram:
         namespace = dict(_NAMESPACE, _contract=self.contract)

@@ -112,6 +112,47 @@ def from_storage(data: np.ndarray, dtype: DType) -> np.ndarray:
     return data.astype(dtype.np)
 
 
+def _mapped(staging: Any, reads: list[tuple[GPUBuffer, int, DType]], offsets: list[int]) -> list[np.ndarray]:
+    """The reads' arrays out of a mapped staging buffer, which is unmapped and destroyed."""
+    try:
+        raw = staging.read_mapped(copy=True)
+    finally:
+        staging.unmap()
+        staging.destroy()
+    out = []
+    for (handle, size, dtype), offset in zip(reads, offsets):
+        arr = np.frombuffer(raw, dtype=_STORAGE_NP[handle.storage], offset=offset, count=size)
+        out.append(from_storage(arr, dtype))
+    return out
+
+
+@dataclass
+class PendingRead:
+    """A read of device buffers under way (WebGPUBackend.copy_out_async): the map of its staging buffer completes
+    on wgpu's polling thread once the GPU has run the work recorded before it."""
+
+    promise: Any  # wgpu's GPUPromise of the map
+    staging: Any
+    reads: list[tuple[GPUBuffer, int, DType]]
+    offsets: list[int]
+    arrays: list[np.ndarray] | None = None
+
+    def ready(self) -> bool:
+        """Whether result() would return at once. wgpu-py sets the promise's thread event from its polling
+        thread when the map completes (what its own sync_wait waits on); a wgpu without it reads False until
+        result() waits."""
+        if self.arrays is not None:
+            return True
+        event = getattr(self.promise, "_thread_event", None)
+        return bool(event is not None and event.is_set())
+
+    def result(self) -> list[np.ndarray]:
+        if self.arrays is None:
+            self.promise.sync_wait()
+            self.arrays = _mapped(self.staging, self.reads, self.offsets)
+        return self.arrays
+
+
 @dataclass
 class Timing:
     """Timestamps being recorded: each run's query pair (None: it dispatched nothing), query sets."""
@@ -265,6 +306,21 @@ class WebGPUBackend:
     def copy_out_many(self, reads: list[tuple[GPUBuffer, int, DType]]) -> list[np.ndarray]:
         """Several buffers in one round trip: copied into one mappable buffer behind the recorded dispatches,
         one submit, one map (a read costs a wait for the queue; a step's value and its index checks share it)."""
+        staging, offsets = self._stage(reads)
+        staging.map_sync("READ")
+        return _mapped(staging, reads, offsets)
+
+    def copy_out_async(self, reads: list[tuple[GPUBuffer, int, DType]]) -> PendingRead:
+        """copy_out_many without the wait: the copies are recorded behind the dispatches recorded so far and
+        submitted, the staging buffer is mapped asynchronously, and the host goes on recording (a data-parallel
+        step starts a bucket's exchange this way in the middle of its backward). The read sees exactly what those
+        dispatches wrote; ready() says whether the map completed, result() waits for it and returns the arrays."""
+        staging, offsets = self._stage(reads)
+        return PendingRead(staging.map_async("READ"), staging, list(reads), offsets)
+
+    def _stage(self, reads: list[tuple[GPUBuffer, int, DType]]) -> tuple[Any, list[int]]:
+        """A mappable buffer, the reads' copies into it recorded behind the dispatches so far and submitted; with
+        each read's byte offset in it."""
         offsets, total = [], 0
         for handle, _, _ in reads:
             offsets.append(total)
@@ -277,17 +333,7 @@ class WebGPUBackend:
         for (handle, _, _), offset in zip(reads, offsets):
             self.encoder.copy_buffer_to_buffer(handle.buffer, 0, staging, offset, handle.buffer.size)
         self.flush()
-        staging.map_sync("READ")
-        try:
-            raw = staging.read_mapped(copy=True)
-        finally:
-            staging.unmap()
-            staging.destroy()
-        out = []
-        for (handle, size, dtype), offset in zip(reads, offsets):
-            arr = np.frombuffer(raw, dtype=_STORAGE_NP[handle.storage], offset=offset, count=size)
-            out.append(from_storage(arr, dtype))
-        return out
+        return staging, offsets
 
     # ---- programs ----
     def prepare(self, kernels: list[tuple[str, UOp]]) -> None:
