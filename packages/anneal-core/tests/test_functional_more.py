@@ -285,3 +285,31 @@ def test_module_dict_edits_as_torchs() -> None:
     ours.clear()
     theirs.clear()
     assert len(ours) == len(theirs) == 0
+
+
+def test_parameters_and_their_containers_are_named_and_trained_as_torchs() -> None:
+    def build(lib: Any, tensor: Callable[[np.ndarray], Any]) -> Any:
+        class Scales(lib.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.bias = lib.Parameter(tensor(np.ones(3, np.float32)))
+                self.scales = lib.ParameterList([lib.Parameter(tensor(np.full(3, i + 1.0, np.float32)))
+                                                 for i in range(2)])  # fmt: skip
+                self.extra = lib.ParameterDict({"shift": lib.Parameter(tensor(np.arange(3, dtype=np.float32)))})
+
+            def forward(self, x: Any) -> Any:
+                for s in self.scales:
+                    x = x * s
+                return x + self.bias + self.extra["shift"]
+
+        return Scales()
+
+    ours = build(nn, lambda a: Tensor(a, device=DEV))
+    theirs = build(tnn, torch.tensor)
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    ours(Tensor(x, device=DEV)).sum().backward()
+    theirs(torch.tensor(x)).sum().backward()
+    for (_, a), (_, b) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-6)  # type: ignore[union-attr]
+    assert len(ours.scales) == 2 and "shift" in ours.extra and list(ours.extra.keys()) == ["shift"]

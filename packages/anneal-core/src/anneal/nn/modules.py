@@ -942,6 +942,103 @@ class ModuleDict(Module):
         raise NotImplementedError("ModuleDict is a container: call its modules, not the dict")
 
 
+def Parameter(data: Tensor | None = None, requires_grad: bool = True) -> Tensor:  # noqa: N802 - torch's name
+    """torch.nn.Parameter: the tensor itself, made trainable. Every tensor a Module holds is one of its parameters
+    (buffers are registered apart), so no wrapper class is needed."""
+    t = data if data is not None else Tensor(np.zeros((0,), np.float32))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+class ParameterList(Module):
+    """Tensors registered as parameters named 0, 1, ... (torch's state_dict names: scales.0)."""
+
+    def __init__(self, values: Iterable[Tensor] | None = None) -> None:
+        super().__init__()
+        for v in values or ():
+            self.append(v)
+
+    def _items(self) -> list[Tensor]:
+        return [t for _, t in self._members() if isinstance(t, Tensor)]
+
+    def append(self, value: Tensor) -> ParameterList:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"ParameterList: {type(value).__name__} is not a Tensor")
+        setattr(self, str(len(self)), Parameter(value) if not value.requires_grad else value)
+        return self
+
+    def extend(self, values: Iterable[Tensor]) -> ParameterList:
+        for v in values:
+            self.append(v)
+        return self
+
+    def __getitem__(self, i: int) -> Tensor:
+        return self._items()[i]
+
+    def __setitem__(self, i: int, value: Tensor) -> None:
+        setattr(self, str(range(len(self))[i]), value)
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter(self._items())
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ParameterList is a container: use its tensors, not the list")
+
+
+class ParameterDict(Module):
+    """Tensors by name, registered as parameters under their keys, in insertion order."""
+
+    def __init__(self, values: Mapping[str, Tensor] | None = None) -> None:
+        super().__init__()
+        for k, v in (values or {}).items():
+            self[k] = v
+
+    def __setitem__(self, key: str, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"ParameterDict: {key!r} is a {type(value).__name__}, not a Tensor")
+        if not key.isidentifier() or key.startswith("_"):
+            raise KeyError(f"ParameterDict: {key!r} must be an identifier not starting with '_' (it names parameters)")
+        setattr(self, key, Parameter(value) if not value.requires_grad else value)
+
+    def __getitem__(self, key: str) -> Tensor:
+        found = dict(self.items())
+        if key not in found:
+            raise KeyError(key)
+        return found[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in dict(self.items())
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict(self.items()))
+
+    def keys(self) -> list[str]:
+        return list(self)
+
+    def values(self) -> list[Tensor]:
+        return [t for _, t in self.items()]
+
+    def items(self) -> list[tuple[str, Tensor]]:
+        return [(n, t) for n, t in self._members() if isinstance(t, Tensor)]
+
+    def update(self, values: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]) -> None:
+        for k, v in values.items() if isinstance(values, Mapping) else values:
+            self[k] = v
+
+    def pop(self, key: str) -> Tensor:
+        t = self[key]
+        delattr(self, key)
+        return t
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ParameterDict is a container: use its tensors, not the dict")
+
+
 class AvgPool3d(Module):
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override: int | None = None) -> None:  # fmt: skip
