@@ -158,9 +158,9 @@ def _step_kernels(optimizer_cls: type, **kw: float) -> tuple[int, int]:
     seen: list = []
     realize = realize_module.realize
 
-    def capturing(device: str, uops: list) -> list:
+    def capturing(device: str, uops: list, *rest: object) -> list:
         seen[:] = list(uops)
-        return realize(device, uops)
+        return realize(device, uops, *rest)  # type: ignore[arg-type]
 
     realize_module.realize = capturing  # type: ignore[assignment]
     try:
