@@ -119,6 +119,7 @@ def test_step_is_one_schedule_in_place_and_does_not_recompile(monkeypatch: pytes
     x, y = data()
     calls: list[int] = []
     real = anneal_realize.realize
+
     def counted(dev: str, uops: list, *rest: object) -> object:
         calls.append(len(uops))
         return real(dev, uops, *rest)  # type: ignore[arg-type]
