@@ -212,3 +212,19 @@ def test_batch_shards_draw_their_rows_of_the_whole_batchs_draw() -> None:
     with pytest.raises(ValueError, match="not a slice"):
         with random.batch_shard(3, 1):
             pass
+
+
+def test_a_dropout_read_by_two_contractions_is_drawn_once_and_its_mask_is_no_buffer() -> None:
+    # the draw is ~100 integer ops: recomputed inside the forward and the weight-gradient contractions it was
+    # computed once per staged element of every tile; a dropout's output is written once instead (its mask never)
+    from anneal.realize import runner
+
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((64, 32)).astype(np.float32), device=DEV, requires_grad=True)
+    w = Tensor(rng.standard_normal((32, 16)).astype(np.float32), device=DEV, requires_grad=True)
+    loss = (F.dropout(x.relu(), 0.5, training=True) @ w).square().mean()
+    gx, gw = loss.gradient(x, w)
+    sched, _, _ = runner(DEV).scheduler.schedule_bound([loss.uop, gx.uop, gw.uop])
+    drawing = [k for k in sched.kernels if any(n.op.name == "THREEFRY" for n in k.ast.toposort())]
+    assert len(drawing) == 1
+    assert all(dtype.name != "bool" for _, dtype in sched.buffers)

@@ -198,8 +198,9 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
             if through_broadcast and _trivial(u):
                 return "a reduction over size-1 axes read through a broadcast"
             return f"a reduction read by {consumers[u]} nodes" if consumers[u] > 1 else None
-        if consumers[u] > 1 and u.op in GroupOp.ALU and _expensive(u):
-            # an expensive elementwise chain read by several consumers is computed once, not in each of them
+        if consumers[u] > 1 and u.op in GroupOp.ALU and u.dtype != dtypes.bool and _expensive(u):
+            # an expensive elementwise chain read by several consumers is computed once, not in each of them (not a
+            # mask: its readers each recompute it, a dropout mask is never a buffer)
             return f"over {RECOMPUTE_LIMIT} ALU ops read by {consumers[u]} nodes: computed once"
         return None
 
@@ -322,6 +323,10 @@ def _trivial(u: UOp) -> bool:
 
 
 RECOMPUTE_LIMIT = 24  # ALU ops an elementwise chain may have and still be recomputed by each reader
+# ALU ops a primitive expanded late stands for (anneal_schedule.decompose): a random draw is 20 Threefry rounds
+# (~100 integer ops), erf a short polynomial. Counted as one op, a dropout's output was recomputed inside every
+# contraction that reads it, once per staged element of every tile (nanogpt's split-K weight gradients).
+LATE_COST = {Ops.THREEFRY: 100, Ops.ERF: 12}
 
 
 def _expensive(u: UOp, limit: int = RECOMPUTE_LIMIT) -> bool:
@@ -333,7 +338,7 @@ def _expensive(u: UOp, limit: int = RECOMPUTE_LIMIT) -> bool:
         if n in seen or n.op in (Ops.BUFFER, Ops.REDUCE_AXIS, Ops.CONTIGUOUS, Ops.ASSIGN, Ops.CONST):
             continue  # read from memory (or a constant): never recomputed by a reader
         seen.add(n)
-        count += n.op in GroupOp.ALU
+        count += LATE_COST.get(n.op, int(n.op in GroupOp.ALU))
         if count > limit:
             return True
         stack.extend(n.src)
