@@ -351,3 +351,15 @@ def test_invocations_step_along_the_range_a_reduction_reads_contiguously(runner:
     assert Opt(OptOps.MERGE, 0, channels + 1) in opts, opts
     assert any(o.op is OptOps.UNROLL and o.amount == 4 for o in opts)  # four loads of an invocation in flight
     check_every_candidate(runner, sums, x.sum(1).T, rtol=1e-5, atol=1e-4)
+
+
+def test_many_dot_products_along_memory_take_a_workgroup_each(runner: Runner) -> None:
+    # a language model's head on one token: many rows, each a long dot product read along memory; one row per
+    # invocation would have neighbouring invocations read a row apart
+    w = rng.standard_normal((70000, 128)).astype(np.float32)
+    x = rng.standard_normal(128).astype(np.float32)
+    rows = view(tensor(runner, x), (70000, 128), (1, 128)) * tensor(runner, w)
+    y = reduce(rows, Ops.ADD, 1)
+    (kern,) = runner.scheduler.schedule([y])[0].kernels
+    assert kind_of(choose_opts(kern.ast, runner.backend.limits)) == "group"
+    check_every_candidate(runner, y, (w @ x).reshape(70000, 1), rtol=1e-4, atol=1e-4)

@@ -76,6 +76,20 @@ def _read_along(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp]) 
     return None if best is globals_[-1] or weight.get(best, 0) <= weight.get(globals_[-1], 0) else best
 
 
+def _unit_stride(u: UOp, r: UOp) -> bool:
+    """Does every load under u that varies with range r read memory one element apart along it?"""
+    steps = [affine(n.src[1]) for n in u.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]
+    varying = [a for a in steps if a is None or r in a[0]]
+    return bool(varying) and all(a is not None and abs(a[0][r]) == 1 for a in varying)
+
+
+def _dot_products(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp], reduces: list[UOp]) -> bool:
+    """Are the kernel's reductions read along memory while no output range is (so flat kernels read apart)?"""
+    top = [red for red in reduces if deps[red] <= frozenset(globals_)]
+    return (bool(top) and all(_unit_stride(red.src[0], red.src[-1]) for red in top)
+            and not any(_unit_stride(ast, r) for r in globals_))  # fmt: skip
+
+
 def flat_opts(ast: UOp, limits: Limits, local: int = 256, vec: bool = True, unroll: int = 1) -> tuple[Opt, ...]:
     """One invocation per output (four with vec4 lanes), the output ranges merged into one index; each reduction's
     innermost range unrolled `unroll` deep (loads in flight at once)."""
@@ -321,6 +335,11 @@ def _choose(ast: UOp, limits: Limits) -> tuple[str, str, tuple[Opt, ...]]:
         longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
         if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
             why = f"{outputs} outputs of {longest}-long reductions: one workgroup each"
+            return "group", why, group_opts(ast, group_size(longest, local))
+        if longest >= 128 and _dot_products(ast, deps, globals_, reduces):
+            # many long dot products along memory (a language model's head, one token: 50257 rows of 768): one
+            # output per invocation would read a row each, far apart; a workgroup per output reads side by side
+            why = f"{outputs} outputs, each a {longest}-long reduction read contiguously: one workgroup each"
             return "group", why, group_opts(ast, group_size(longest, local))
     # a long reduction per output: four loads of each invocation in flight (an H200 sweep: 0.075 ms against 0.124
     # for a batch norm's channel sums, RESULTS.md)
