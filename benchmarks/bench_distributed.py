@@ -6,8 +6,11 @@
 
 Each training run is `anneal train --json` (the real command, through the mpich wheel's mpiexec for N > 1);
 its steps/s is read from the last logged record (ms/step over the last half of the steps, so compilation and
-the jit capture are left out), its communication from the same record's comm_ms (the last step's time in the
-exchange: copies out of the device, the Allreduce, waiting for the other ranks). The Allreduce part times
+the jit capture are left out), its communication from the same record's comm_ms (the last step's host time in
+the exchange that the backward did not hide: reading the gradients out, the MPI calls started and nudged between
+the backward's kernels, waiting for the sums and the other ranks, writing the sums back). `--bucket-mb` sets
+the N-rank runs' bucket size (anneal train's option; smaller buckets start their exchange earlier in the
+backward). The Allreduce part times
 MPI_Allreduce of one flat float32 buffer of nanogpt full's gradient size (10.6M parameters, 42 MB) between
 the ranks alone, as the bucketed exchange moves it, and prints the ratios.
 """
@@ -90,6 +93,7 @@ def main() -> None:
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                     help="passed to anneal train (e.g. --set dropout=0: dropout makes the curves differ)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of 1 and N ranks; the best counts")
+    ap.add_argument("--bucket-mb", type=float, help="the N-rank runs' gradient bucket size (anneal train --bucket-mb)")
     ap.add_argument("--_allreduce", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._allreduce:
@@ -103,6 +107,8 @@ def main() -> None:
                 for n in runs:
                     threads = max(1, (os.cpu_count() or 1) // args.ranks) if args.core_for_core and n == 1 else None
                     extra = tuple(a for kv in args.settings for a in ("--set", kv))
+                    if n > 1 and args.bucket_mb is not None:
+                        extra += ("--bucket-mb", str(args.bucket_mb))
                     runs[n].append(train(model, preset, n, int(steps), args.device, threads, extra))
             one, many = (min(runs[n], key=lambda r: r["ms"]) for n in (1, args.ranks))
             per_rank = max(1, (os.cpu_count() or 1) // args.ranks)

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from click.testing import CliRunner
 from anneal_cli import distributed
 from anneal_cli.main import AnnealGroup
 from anneal_cli.runs import Row, csv_text, read_csv, tensors_digest
+from anneal_models import mlp
 from anneal_models.trainer import shard
 
 ANNEAL = [sys.executable, "-m", "anneal_cli.main", "train"]
@@ -96,6 +98,12 @@ def test_buckets_cover_every_gradient_once_last_first_within_the_limit() -> None
     for b in buckets:
         assert len(b) == 1 or sum(sizes[i] for i in b) <= 100  # only a gradient larger than a bucket stands alone
     assert distributed.plan_buckets(sizes, 10**9) == [flat]
+    # the first bucket closes once it holds first_elems (DDP's 1 MiB): the backward's first gradients go early
+    assert distributed.plan_buckets(sizes, 10**9, first_elems=2) == [[6], flat[1:]]
+    assert distributed.plan_buckets(sizes, 10**9, first_elems=1000) == [[6, 5], flat[2:]]
+    assert distributed.plan_buckets(sizes, 10**9, first_elems=1003) == [[6, 5], flat[2:]]
+    assert distributed.plan_buckets(sizes, 10**9, first_elems=1004) == [[6, 5, 4], flat[3:]]
+    assert distributed.plan_buckets(sizes, 100, first_elems=50) == distributed.plan_buckets(sizes, 100)
 
 
 def test_launched_reads_the_launchers_environment() -> None:
@@ -130,6 +138,78 @@ def test_one_process_never_imports_mpi4py(tmp_path: Path) -> None:
     result = run([sys.executable, "-c", code])
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "False"
+
+
+# ---- the data-parallel step: one jit, each bucket's exchange started inside the backward ----
+class OneRank:
+    """A GradientReducer of one rank (the sums are the values themselves) that records, for each of its calls, how
+    many kernels the device had run (WebGPU: recorded) by then."""
+
+    rank, size = 0, 1
+
+    def __init__(self, device: str, bucket_elems: int) -> None:
+        from anneal.realize import runner as device_runner
+
+        self.run, self.bucket_elems = device_runner(device), bucket_elems
+        self.events: list[tuple[str, int]] = []
+
+    def buckets(self, sizes: list[int]) -> list[list[int]]:
+        return distributed.plan_buckets(sizes, self.bucket_elems)
+
+    def _event(self, name: str) -> None:
+        self.events.append((name, self.run.stats.kernels_run))
+
+    def begin(self) -> None:
+        self._event("begin")
+
+    def start(self, flat: np.ndarray) -> None:
+        self._event("start")
+
+    def progress(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        self._event("finish")
+
+
+@pytest.mark.parametrize("device", ["cpu", "webgpu"])
+def test_the_step_is_one_jit_that_starts_each_bucket_inside_the_backward(
+    device: str, request: pytest.FixtureRequest
+) -> None:
+    if device == "webgpu":
+        request.getfixturevalue("adapter")
+    config = {**mlp.DEFAULTS, **mlp.PRESETS["tiny"]}
+    alone, parallel = mlp.build(dict(config), device), mlp.build(dict(config), device)
+    reducer = OneRank(device, bucket_elems=40)  # mlp tiny's 6 gradients (1 to 1024 floats): 5 buckets
+    parallel.data_parallel(reducer)
+    traced = 0
+    outputs = parallel._outputs
+
+    def counted(x: Any, y: Any) -> Any:
+        nonlocal traced
+        traced += 1
+        return outputs(x, y)
+
+    parallel._outputs = counted  # type: ignore[method-assign]
+    scheduler = reducer.run.scheduler.stats
+    for i in range(6):
+        reducer.events.clear()
+        if i == 2:
+            scheduled = (scheduler.hits, scheduler.misses)
+        np.testing.assert_allclose(parallel.step(i), alone.step(i), rtol=1e-5, err_msg=f"step {i}")
+        names = [name for name, _ in reducer.events]
+        assert names == ["begin", *["start"] * 5, "finish"], (i, names)  # replays run the exchange too
+        at = dict(reducer.events[:1] + reducer.events[-1:])
+        starts = [k for name, k in reducer.events if name == "start"]
+        # the first bucket's read (begin) and, on the cpu, its Allreduce were started while backward kernels were
+        # still to run: the buckets start at several points of the backward, the last at its end
+        assert at["begin"] < at["finish"], reducer.events
+        if device == "cpu":
+            assert starts[0] < starts[-1] == at["finish"] and len(set(starts)) >= 3, reducer.events
+    jitted = parallel.jit
+    assert jitted.replays == 4 and jitted.host_steps == 5 + 1  # a step per bucket, and the wait and write-back
+    assert traced == 2  # the step's Python ran at the first call and the capture; replays built no graph
+    assert (scheduler.hits, scheduler.misses) == scheduled
 
 
 # ---- acceptance: 2 ranks against 1 ----
@@ -190,6 +270,16 @@ def test_moe_on_two_ranks_starts_as_one_process(tmp_path: Path, mpiexec: str, of
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     np.testing.assert_allclose(two[0], one[0], rtol=1e-5)
     np.testing.assert_allclose(two, one, rtol=2e-2)
+
+
+@pytest.mark.oracle_python  # the models' numerics, the same on any Python: 3.11 alone (noxfile)
+def test_many_small_buckets_on_two_ranks_equal_one_process(tmp_path: Path, mpiexec: str, offline_data: None) -> None:
+    """Buckets of 10 KiB: nanogpt tiny's gradients go in many Allreduces, each started inside the backward."""
+    args = ["nanogpt", "--preset", "tiny", "--steps", "4"]
+    train([*args, "--out", str(tmp_path / "one")])
+    train([*args, "--bucket-mb", "0.01", "--out", str(tmp_path / "two")], mpiexec, 2)
+    np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
+    assert_ranks_agree(tmp_path / "two", 2)
 
 
 def test_resume_from_one_process_on_two_ranks(tmp_path: Path, mpiexec: str) -> None:

@@ -2,14 +2,15 @@
 
 A process learns that it is one of several from its launcher's environment (MPICH/Hydra's PMI_SIZE,
 Open MPI's OMPI_COMM_WORLD_SIZE); only then is mpi4py imported, so a single process runs exactly as
-before. The trainer side (sharding, the step split around the exchange) is
-anneal_models.trainer.SupervisedTrainer.data_parallel(); this module is the communication:
+before. The trainer side (sharding, the one jitted step whose host steps copy each bucket of gradients out as
+soon as the backward has written it) is anneal_models.trainer.SupervisedTrainer.data_parallel(); this module is
+the communication:
 
 - the state is broadcast from rank 0 before the first step (every rank then starts identical);
-- gradients are exchanged in flat float32 buckets (BUCKET_BYTES, in reverse parameter order: the order
-  the backward finishes them), one nonblocking Iallreduce per bucket, started as soon as the bucket is
-  copied out of the device, so the copy of the next bucket overlaps the exchange of the previous one;
-  the step's losses ride in the last bucket (weighted by the shard's share: the global mean);
+- gradients are summed in flat float32 buckets (FIRST_BUCKET_BYTES, then BUCKET_BYTES each, in reverse parameter
+  order: the order the backward finishes them), one nonblocking Iallreduce per bucket, started by the trainer
+  while the rest of the backward runs (every rank starts them in the same order) and nudged on (Testall)
+  between its kernels;
 - every wait polls with a deadline and checks that the ranks on this host are alive: a rank that died
   is named at once, one that hangs after `timeout` seconds; either way this rank prints one line and
   exits 1 (never a silent hang). Rank 0 also kills the ranks on its host that never arrived, so that
@@ -39,6 +40,9 @@ LAUNCHER_ENV = (
     ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),  # Open MPI
 )
 BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default bucket: large enough for bandwidth, small enough to overlap
+# DDP's first bucket is smaller (1 MiB): it is what the backward finishes first, so its exchange starts early even
+# in a model whose gradients fit one bucket of BUCKET_BYTES
+FIRST_BUCKET_BYTES = 2**20
 DEFAULT_TIMEOUT = 300.0  # seconds a rank waits for the others in one exchange (NCCL's default is 600)
 POLL_CHECK = 0.5  # seconds between liveness checks of the other ranks while waiting
 GRACE = 5.0  # --nproc: seconds the other ranks get to exit after one reported a failure
@@ -47,7 +51,17 @@ _HYDRA_BANNER = ("=====", "=   ", "YOUR APPLICATION TERMINATED", "This typically
 
 
 class RankFailure(RuntimeError):
-    """Another rank died or did not arrive in time; the message names it."""
+    """Another rank died or did not arrive in time; the message names it. laggards: the pids of hung ranks on this
+    host that rank 0 ends (end_laggards) once it has said so; ended first, they would be named dead by the others."""
+
+    def __init__(self, text: str, laggards: Sequence[int] = ()) -> None:
+        super().__init__(text)
+        self.laggards = list(laggards)
+
+    def end_laggards(self) -> None:
+        for pid in self.laggards:  # a hung rank would keep an -disable-auto-cleanup job alive
+            with _suppress_os():
+                os.kill(pid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -113,9 +127,10 @@ def _alive(pid: int) -> bool:
     return _state(pid) != "Z"  # a dead child its launcher has not reaped yet is dead all the same
 
 
-def plan_buckets(sizes: Sequence[int], bucket_elems: int) -> list[list[int]]:
-    """Gradient indices grouped into buckets of at most bucket_elems elements (a larger gradient is a bucket
-    of its own), in reverse order: the last parameters' gradients are the backward's first."""
+def plan_buckets(sizes: Sequence[int], bucket_elems: int, first_elems: int | None = None) -> list[list[int]]:
+    """Gradient indices grouped into buckets of at most bucket_elems elements (a larger gradient is a bucket of its
+    own), in reverse order: the last parameters' gradients are the backward's first. With first_elems, the first
+    bucket closes as soon as it holds that many (DDP's rule: it starts the exchange early in the backward)."""
     buckets: list[list[int]] = []
     current: list[int] = []
     filled = 0
@@ -125,6 +140,9 @@ def plan_buckets(sizes: Sequence[int], bucket_elems: int) -> list[list[int]]:
             current, filled = [], 0
         current.append(i)
         filled += sizes[i]
+        if not buckets and first_elems is not None and filled >= first_elems:
+            buckets.append(current)
+            current, filled = [], 0
     if current:
         buckets.append(current)
     return buckets
@@ -145,18 +163,20 @@ class World:
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.timeout = timeout
         self.bucket_elems = max(1, bucket_bytes // 4)
+        self.first_bucket_elems = max(1, min(bucket_bytes, FIRST_BUCKET_BYTES) // 4)
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.peers: list[tuple[str, int]] = self.comm.allgather((self.host, self.pid))
         local = [r for r, (h, _) in enumerate(self.peers) if h == self.host]
         self.local_rank, self.local_size = local.index(self.rank), len(local)
         self.hosts = len({h for h, _ in self.peers})
         self.step = 0  # the step whose exchange runs (for messages)
-        self.comm_ms = 0.0  # the last step's time in average(): copies out, exchange, waiting for the others
-        self._buckets: list[list[int]] | None = None
+        self._requests: list[Any] = []  # the Iallreduces of the step's exchange
+        self._moved = True  # every one of them completed
+        self._heartbeat_requests: list[Any] = []
 
     # ---- waiting, with a deadline and liveness checks ----
-    def _fail(self, text: str) -> RankFailure:
-        return RankFailure(f"rank {self.rank} of {self.size}: {text}")
+    def _fail(self, text: str, laggards: Sequence[int] = ()) -> RankFailure:
+        return RankFailure(f"rank {self.rank} of {self.size}: {text}", laggards)
 
     def check_peers(self) -> None:
         for r, (host, pid) in enumerate(self.peers):
@@ -177,9 +197,10 @@ class World:
                 last_check = now
                 self.check_peers()
                 if now - t0 > self.timeout:
-                    raise self._fail(self._late(what, heartbeats))
+                    raise self._fail(*self._late(what, heartbeats))
 
-    def _late(self, what: str, heartbeats: list[Any] | None) -> str:
+    def _late(self, what: str, heartbeats: list[Any] | None) -> tuple[str, list[int]]:
+        """Who is late, as a message, and (on rank 0) the pids of the late ranks on this host, to end."""
         missing: list[int] = []
         if self.rank == 0 and heartbeats is not None:  # who never said it reached this exchange
             missing = [r for r, h in zip(range(1, self.size), heartbeats) if not h.Test()]
@@ -189,13 +210,8 @@ class World:
         if not missing and self.size == 2:  # of two, the late one is the other
             missing = [1 - self.rank]
         who = f"rank {', '.join(map(str, missing))}" if missing else "another rank"
-        if self.rank == 0:
-            for r in missing:  # the ones on this host that hang would keep an -disable-auto-cleanup job alive
-                host, pid = self.peers[r]
-                if host == self.host:
-                    with _suppress_os():
-                        os.kill(pid, signal.SIGKILL)
-        return f"{who} did not reach {what} within {self.timeout:g} s (hung?); stopping"
+        laggards = [self.peers[r][1] for r in missing if self.rank == 0 and self.peers[r][0] == self.host]
+        return f"{who} did not reach {what} within {self.timeout:g} s (hung?); stopping", laggards
 
     # ---- collectives ----
     def bcast(self, obj: Any, what: str) -> Any:
@@ -227,46 +243,38 @@ class World:
     def barrier(self, what: str) -> None:
         self.wait([self.comm.Ibarrier()], what)
 
-    def average(self, grads: Sequence[Any], values: Sequence[Any], weight: float) -> tuple[
-        list[np.ndarray], list[float]]:  # fmt: skip
-        """The GradientReducer of anneal_models.trainer: weighted sums over every rank, in flat buckets."""
-        t0 = time.perf_counter()
+    # ---- the gradient exchange: the GradientReducer of anneal_models.trainer ----
+    def buckets(self, sizes: Sequence[int]) -> list[list[int]]:
+        """Gradient indices in buckets of at most bucket_bytes (the first of FIRST_BUCKET_BYTES at most), in the
+        order they are exchanged (plan_buckets)."""
+        return plan_buckets(sizes, self.bucket_elems, self.first_bucket_elems)
+
+    def begin(self) -> None:
+        """A step's exchange begins (before its first bucket): the heartbeat to rank 0 goes out."""
+        self._requests = []
+        self._heartbeat_requests = self._heartbeats()
+
+    def start(self, flat: np.ndarray) -> None:
+        """Sum flat (float32) over every rank, in place, without waiting; each rank starts its buckets in the same
+        order (MPI matches nonblocking collectives by order)."""
         MPI = self.MPI  # noqa: N806
-        sizes = [int(np.prod(g.shape)) for g in grads]
-        if self._buckets is None:
-            self._buckets = plan_buckets(sizes, self.bucket_elems)
-        what = f"step {self.step + 1}'s gradient exchange"
-        heartbeats = self._heartbeats()
-        flats: list[np.ndarray] = []
-        requests: list[Any] = []
-        last = len(self._buckets) - 1
-        for b, members in enumerate(self._buckets):
-            n = sum(sizes[i] for i in members) + (len(values) if b == last else 0)
-            flat = np.empty(n, np.float32)
-            o = 0
-            for i in members:
-                flat[o : o + sizes[i]] = np.asarray(grads[i].numpy(), np.float32).reshape(-1)
-                o += sizes[i]
-            if b == last:
-                flat[o:] = [float(v.numpy()) for v in values]
-            if weight == 0.0:  # a shard with nothing in the loss (its own mean is NaN): it adds nothing
-                flat[:] = 0.0
-            elif weight != 1.0:
-                flat *= np.float32(weight)
-            requests.append(self.comm.Iallreduce(MPI.IN_PLACE, flat, op=MPI.SUM))
-            flats.append(flat)
-            MPI.Request.Testall(requests)  # MPI progresses inside its calls: nudge the buckets already sent
-        self.wait(requests + heartbeats, what, heartbeats if self.rank == 0 else None)
-        out: list[np.ndarray] = [np.empty(0, np.float32)] * len(grads)
-        for members, flat in zip(self._buckets, flats):
-            o = 0
-            for i in members:
-                out[i] = flat[o : o + sizes[i]]
-                o += sizes[i]
-        means = [float(v) for v in flats[last][len(flats[last]) - len(values) :]]
+        self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, flat, op=MPI.SUM))
+        self._moved = False
+        self.progress()
+
+    def progress(self) -> None:
+        """Let MPI move the buckets started (it progresses inside its calls only); called after every kernel of the
+        backward once a bucket started, so a call with nothing left to move costs nothing."""
+        if self._requests and not self._moved:
+            self._moved = self.MPI.Request.Testall(self._requests)
+
+    def finish(self) -> None:
+        """Wait until every bucket started holds its sum; RankFailure when a rank died or after the timeout."""
+        heartbeats = self._heartbeat_requests
+        self.wait(self._requests + heartbeats, f"step {self.step + 1}'s gradient exchange",
+                  heartbeats if self.rank == 0 else None)  # fmt: skip
+        self._requests, self._heartbeat_requests = [], []
         self.step += 1
-        self.comm_ms = (time.perf_counter() - t0) * 1000.0
-        return out, means
 
     def _heartbeats(self) -> list[Any]:
         """One tiny message from every rank to rank 0 per exchange, so that rank 0 can name a rank that never

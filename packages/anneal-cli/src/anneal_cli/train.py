@@ -306,6 +306,14 @@ def wants_dashboard(plain: bool, as_json: bool) -> bool:
     show_default=True,
     help="Data-parallel: seconds a rank waits for the others before it names the missing rank and exits 1.",
 )
+@click.option(
+    "--bucket-mb",
+    type=FiniteFloat(min=0, min_open=True),
+    default=distributed.BUCKET_BYTES / 2**20,
+    show_default=True,
+    help="Data-parallel: MiB of gradients per Allreduce; each bucket's exchange starts as soon as the backward has "
+    "computed it (smaller: earlier and more overlap, but more messages).",
+)
 @click.option("--terminal", is_flag=True, hidden=True, help="--nproc's ranks: the launcher's stdout is a terminal.")
 def train(
     model: str,
@@ -327,6 +335,7 @@ def train(
     settings: tuple[str, ...],
     nproc: int | None,
     comm_timeout: float,
+    bucket_mb: float,
     terminal: bool,
 ) -> None:
     """Train MODEL; hyperparameters default per model, a flag overrides only what it names.
@@ -340,14 +349,16 @@ def train(
         code = distributed.launch(nproc, _argv_without_nproc(), lambda line: click.echo(line, err=True))
         raise SystemExit(code)
     # the options as parsed, less the launcher's own: what every rank trains with
-    options = {k: v for k, v in click.get_current_context().params.items() if k not in ("nproc", "comm_timeout")}
+    options = {
+        k: v for k, v in click.get_current_context().params.items() if k not in ("nproc", "comm_timeout", "bucket_mb")
+    }
     if launch is None:
         return _train(**options, world=None)
     # A rank: a deterministic usage error is said by rank 0 alone; after that, any failure is one line and an
     # immediate exit (MPI_Finalize could wait forever on ranks that stopped in an exchange).
     quiet = launch.rank != 0
     try:
-        world = distributed.World(timeout=comm_timeout)
+        world = distributed.World(timeout=comm_timeout, bucket_bytes=max(4, int(bucket_mb * 2**20)))
         # The ranks of a host share its cores: before anything reads the settings or starts the cpu backend.
         threads = str(distributed.cpu_threads_per_rank(world.local_size))
         os.environ.setdefault("ANNEAL_CPU_THREADS", threads)
@@ -375,6 +386,9 @@ def train(
     except Exception as exc:  # RankFailure names the rank itself
         text = str(exc) if isinstance(exc, distributed.RankFailure) else f"rank {launch.rank}: {one_line(exc)}"
         click.echo(f"anneal: error: {text}", err=True)
+        if isinstance(exc, distributed.RankFailure):
+            sys.stderr.flush()  # said before the hung ranks end: the others would name them dead
+            exc.end_laggards()
         _exit(1)
 
 
@@ -518,14 +532,14 @@ def _train_in(
         progress.saved = done
 
     if world is not None and folder is not None:
-        folder.ranks = lambda: (world.size, world.comm_ms)
+        folder.ranks = lambda: (world.size, trainer.comm_ms)
     run_args: dict[str, Any] = {
         "log_every": log_every or loop.default_log_every(total),
         "lr": config.get("lr"),
         "start": start,
         "eval_every": eval_cadence,
         "checkpoint": save if folder is not None or world is not None else None,
-        "comm_ms": (lambda: world.comm_ms) if world is not None else None,
+        "comm_ms": (lambda: trainer.comm_ms) if world is not None else None,
     }
     # Ctrl-C: stop at the next step boundary, so the checkpoint holds exactly the steps done (data-parallel ranks
     # would stop at different steps and wait on each other: they keep the default, stopping at once)

@@ -16,8 +16,11 @@ batch function draws from a seeded generator sees the same data as an uninterrup
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, overload
 
@@ -27,8 +30,10 @@ from anneal import Tensor, dtypes
 from anneal import random as anneal_random
 from anneal.jit import jit
 from anneal.nn.state import get_state_dict, load_state_dict
-from anneal.optim import LRScheduler, Optimizer, realize_all
-from anneal.realize import as_buffer
+from anneal.optim import LRScheduler, Optimizer
+from anneal.realize import realize_all, run_host_step
+from anneal_schedule.buffer import Buffer, read_many
+from anneal_schedule.runner import HostStep
 
 Batch = tuple[np.ndarray, np.ndarray]
 HOST = "cpu"  # where the checkpoint's scalars (step counts, hyperparameters) live: any device can read them
@@ -57,16 +62,127 @@ def shard(n: int, rank: int, size: int) -> slice:
 class GradientReducer(Protocol):
     """The communication data-parallel training needs (anneal_cli.distributed implements it on MPI).
 
-    rank and size say which part of each global batch this process takes (shard()). average() receives the
-    realized gradients of this rank's shard and its step outputs (losses), each a mean over the shard, and the
-    shard's share of the global batch; it returns the gradients and outputs weighted-summed over every rank
-    (the global means), the gradients as flat float32 arrays in the order given."""
+    rank and size say which part of each global batch this process takes (shard()). buckets() groups the
+    gradients (by size) in the order they are exchanged. Each step, begin() opens the exchange, start(flat) sums a
+    flat float32 bucket over every rank in place without waiting (every rank starts the same buckets in the same
+    order), progress() lets the buckets started move on, and finish() waits until all of them hold their sums (it
+    raises when a rank died or hangs)."""
 
     rank: int
     size: int
 
-    def average(self, grads: Sequence[Tensor], values: Sequence[Tensor], weight: float) -> tuple[
-        list[np.ndarray], list[float]]: ...  # fmt: skip
+    def buckets(self, sizes: Sequence[int]) -> list[list[int]]: ...
+    def begin(self) -> None: ...
+    def start(self, flat: np.ndarray) -> None: ...
+    def progress(self) -> None: ...
+    def finish(self) -> None: ...
+
+
+def _read_async(buffers: list[Buffer]) -> Any:
+    """A read of buffers (one device's) under way: the backend's copy_out_async (ready()/result()) where it has one,
+    else a read done at once."""
+    start = getattr(buffers[0].backend, "copy_out_async", None)
+    if start is not None:
+        return start([(b.ensure(), b.size, b.dtype) for b in buffers])
+    return _DoneRead(read_many(buffers))
+
+
+@dataclass
+class _DoneRead:
+    arrays: list[np.ndarray]
+
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> list[np.ndarray]:
+        return self.arrays
+
+
+class GradientExchange:
+    """The host side of a data-parallel step: its host steps, which the step's jit records and replays.
+
+    One host step per bucket of gradients runs in the backward's schedule right after the kernel that writes the
+    last of its gradients: it starts reading them to the host (on WebGPU a copy recorded at that point of the
+    command stream, mapped asynchronously; on the cpu at once), and its poll, called after every later kernel,
+    starts the bucket's Allreduce once its read completed (buckets in order) and nudges MPI. The step's outputs
+    (losses) ride in the last bucket. After the backward, finish waits for every read and every bucket, and writes
+    the weighted sums into ``averaged``: float32 buffers of the parameters' shapes, which the update reads."""
+
+    def __init__(self, reducer: GradientReducer, params: Sequence[Tensor], device: str) -> None:
+        self.reducer = reducer
+        self.sizes = [math.prod(p.shape) for p in params]
+        self.buckets = reducer.buckets(self.sizes)
+        self.averaged = [Tensor(np.zeros(p.shape, np.float32), device=device).realize() for p in params]
+        self.bucket_steps = [HostStep(f"gradient bucket {b}", partial(self._read, b), poll=self._progress)
+                             for b in range(len(self.buckets))]  # fmt: skip
+        self.finish_step = HostStep("gradient exchange: wait, write back", self._finish)
+        self.weight = 1.0  # this rank's share of the global loss, set before each step (shard_weight)
+        self.values: list[float] = []  # the step's outputs summed over the ranks (the global means)
+        self.comm_ms = 0.0  # the last step's host time in the exchange: reads, copies, MPI calls, waiting
+        self.flats: list[np.ndarray | None] = [None] * len(self.buckets)  # one per bucket, kept across steps
+        self.reads: list[Any] = [None] * len(self.buckets)
+        self.started = 0  # buckets whose Allreduce started this step (in bucket order, the same on every rank)
+        self.open = False  # a step's exchange has begun and not finished
+
+    def _read(self, bucket: int, buffers: list[Buffer]) -> None:
+        t0 = time.perf_counter()
+        if not self.open:  # the step's first bucket to be ready: the exchange begins
+            self.reducer.begin()
+            self.open, self.started, self.comm_ms = True, 0, 0.0
+        self.reads[bucket] = _read_async(buffers)
+        self._start_ready()
+        self.comm_ms += (time.perf_counter() - t0) * 1e3
+
+    def _progress(self) -> None:
+        t0 = time.perf_counter()
+        self._start_ready()
+        self.reducer.progress()
+        self.comm_ms += (time.perf_counter() - t0) * 1e3
+
+    def _start_ready(self) -> None:
+        while self.started < len(self.buckets):
+            read = self.reads[self.started]
+            if read is None or not read.ready():
+                return
+            self._start(self.started, read.result())
+
+    def _start(self, bucket: int, arrays: list[np.ndarray]) -> None:
+        flat = self.flats[bucket]
+        if flat is None:
+            flat = self.flats[bucket] = np.empty(sum(a.size for a in arrays), np.float32)
+        o = 0
+        for a in arrays:
+            flat[o : o + a.size] = a.reshape(-1)
+            o += a.size
+        if self.weight == 0.0:  # a shard with nothing in the loss (its own mean is NaN): it adds nothing
+            flat[:] = 0.0
+        elif self.weight != 1.0:
+            flat *= np.float32(self.weight)
+        self.reads[bucket] = None
+        self.started += 1
+        self.reducer.start(flat)
+
+    def _finish(self, averaged: list[Buffer]) -> None:
+        t0 = time.perf_counter()
+        while self.started < len(self.buckets):  # reads not yet complete: wait for the device, MPI moving
+            read = self.reads[self.started]
+            assert read is not None, f"gradient bucket {self.started} was never read (a host step did not run)"
+            while not read.ready():
+                self.reducer.progress()
+                time.sleep(0.0001)
+            self._start_ready()
+        self.reducer.finish()
+        self.open = False
+        for members, flat in zip(self.buckets, self.flats):
+            assert flat is not None
+            o = 0
+            for i in members:
+                averaged[i].copy_in(flat[o : o + self.sizes[i]])
+                o += self.sizes[i]
+        last = self.flats[-1]
+        assert last is not None
+        self.values = [float(v) for v in last[sum(self.sizes[i] for i in self.buckets[-1]) :]]
+        self.comm_ms += (time.perf_counter() - t0) * 1e3
 
 
 def _scalar(value: Any) -> Tensor | None:
@@ -101,8 +217,8 @@ class SupervisedTrainer:
     # seeded generator continues where it stopped; a subclass whose batch(i) depends on i alone sets False.
     replay_batches_on_load = True
     # The class that defines the effective _train_step sets this when that step is exactly zero_grad,
-    # _outputs, backward, _before_update, optimizer.step: data-parallel training then runs those parts apart,
-    # around the gradient exchange. A subclass with a step of its own is not split (data_parallel() refuses).
+    # _outputs, backward, _before_update, optimizer.step: data-parallel training then runs those parts with the
+    # gradient exchange between them. A subclass with a step of its own is refused (data_parallel() says why).
     step_in_parts = True
 
     def __init__(
@@ -130,6 +246,7 @@ class SupervisedTrainer:
         self.steps_done = 0
         self._peeked: Batch | None = None  # a batch drawn by graph(), used by the next step
         self._reducer: GradientReducer | None = None  # data-parallel: set by data_parallel()
+        self._exchange: GradientExchange | None = None
 
     # ---- batches ----
     def _next_batch(self, i: int) -> Batch:
@@ -168,7 +285,7 @@ class SupervisedTrainer:
         self.optimizer.step()  # computes the loss too, in the same schedule, before the update
         return loss
 
-    # ---- data-parallel: the step split around the gradient exchange ----
+    # ---- data-parallel: one jitted step, its gradient exchange run by host steps inside it ----
     def parallel_problem(self) -> str | None:
         """Why this trainer cannot train data-parallel, or None when it can."""
         owner = next(c for c in type(self).__mro__ if "_train_step" in vars(c))
@@ -181,18 +298,20 @@ class SupervisedTrainer:
         return None
 
     def data_parallel(self, reducer: GradientReducer) -> None:
-        """Train as one rank of reducer.size: each step takes this rank's shard of the global batch, computes
-        its gradients (one jitted graph), has the reducer average them over the ranks, and applies the averaged
-        gradients (a second jitted graph: clipping and the optimizer). Call before the first step."""
+        """Train as one rank of reducer.size: each step takes this rank's shard of the global batch and runs one
+        jitted step: forward and backward (one schedule), during which each bucket of gradients starts its
+        exchange as soon as the backward has written it; then the wait for the sums, and clipping and the
+        optimizer on the averaged gradients. Call before the first step."""
         problem = self.parallel_problem()
         if problem is not None:
             raise ValueError(f"cannot train data-parallel: {problem}")
         self._reducer = reducer
-        self._grad_step = jit(self._gradients)
-        self._apply_step = jit(self._apply)
-        self._grad_inputs: list[Tensor] | None = None
+        self._exchange = GradientExchange(reducer, self.params, self.device)
+        self._parallel = jit(self._parallel_train_step)
 
-    def _gradients(self, x: Tensor, y: Tensor) -> list[Tensor]:
+    def _parallel_train_step(self, x: Tensor, y: Tensor) -> None:
+        exchange = self._exchange
+        assert exchange is not None
         self.optimizer.zero_grad()
         outs = self._outputs(x, y)
         outs[0].backward()
@@ -200,11 +319,15 @@ class SupervisedTrainer:
         if missing:
             raise RuntimeError(f"data-parallel: parameters {missing} get no gradient from the loss")
         grads = [p.grad for p in self.params if p.grad is not None]
-        realize_all([*outs, *grads])
-        return [*outs, *grads]
-
-    def _apply(self, *grads: Tensor) -> None:
-        for p, g in zip(self.params, grads):
+        # asked for in bucket order, so that the schedule computes the last parameters' gradients first (the
+        # scheduler orders kernels by the outputs they are for): the first bucket is done early in the backward
+        order = [i for members in exchange.buckets for i in members]
+        at = {i: len(outs) + n for n, i in enumerate(order)}
+        waits = [[at[i] for i in members] for members in exchange.buckets]
+        waits[-1] += range(len(outs))  # the outputs ride in the last bucket
+        realize_all([*outs, *(grads[i] for i in order)], host_steps=list(zip(exchange.bucket_steps, waits)))
+        run_host_step(self.device, exchange.finish_step, exchange.averaged)
+        for p, g in zip(self.params, exchange.averaged):
             p.grad = g
         self._before_update()
         self.optimizer.step()
@@ -217,24 +340,19 @@ class SupervisedTrainer:
 
     def _parallel_step(self, batch: Batch) -> list[float]:
         """One data-parallel step on the global batch; returns the step's outputs averaged over every rank."""
-        reducer = self._reducer
-        assert reducer is not None
+        reducer, exchange = self._reducer, self._exchange
+        assert reducer is not None and exchange is not None
         x, y = batch
         part = shard(len(x), reducer.rank, reducer.size)
+        exchange.weight = self.shard_weight(batch, part)  # read by the exchange's host steps as they run
         with anneal_random.batch_shard(part.start, part.stop):  # dropout: this shard's rows of the global batch's masks
-            out = self._grad_step(*self._as_tensors((x[part], y[part])))
-        k = len(out) - len(self.params)
-        averaged, values = reducer.average(out[k:], out[:k], self.shard_weight(batch, part))
-        if self._grad_inputs is None:  # one float32 buffer per gradient, written in place every step (jit arguments)
-            self._grad_inputs = [Tensor(a.reshape(p.shape), dtype=dtypes.float32, device=self.device).realize()
-                                 for a, p in zip(averaged, self.params)]  # fmt: skip
-        else:
-            for t, a in zip(self._grad_inputs, averaged):
-                buf = as_buffer(t.uop)
-                assert buf is not None
-                buf.copy_in(a)
-        self._apply_step(*self._grad_inputs)
-        return values
+            self._parallel(*self._as_tensors((x[part], y[part])))
+        return exchange.values
+
+    @property
+    def comm_ms(self) -> float:
+        """The last data-parallel step's host time in the gradient exchange (0 for a single process)."""
+        return self._exchange.comm_ms if self._exchange is not None else 0.0
 
     def step(self, i: int) -> float:
         if self._reducer is not None:
@@ -284,7 +402,7 @@ class SupervisedTrainer:
 
     @property
     def jit(self) -> Any:
-        return self._grad_step if self._reducer is not None else self._step
+        return self._parallel if self._reducer is not None else self._step
 
     # ---- checkpoints ----
     def state_dict(self) -> dict[str, Tensor]:
