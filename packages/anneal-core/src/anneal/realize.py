@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from anneal.registry import get_backend
 from anneal_ir import Ops, Settings, UOp, graph_rewrite
 from anneal_ir.pattern import PatternMatcher, UPat
 from anneal_ir.sint import bind, bound_values, variables
-from anneal_schedule.buffer import Buffer
+from anneal_schedule.buffer import Buffer, read_many
 from anneal_schedule.runner import HostStep, Runner
 
 if TYPE_CHECKING:
@@ -238,6 +240,29 @@ def realize_all(tensors: Sequence[Tensor], host_steps: Sequence[tuple[HostStep, 
         steps = [(step, [at[i] for i in indices]) for step, indices in host_steps if indices[0] in at]
         for t, view in zip(ts, realize(device, [t.uop for t in ts], steps)):
             t.uop = settled(t, view)
+
+
+@dataclass
+class DoneRead:
+    """A read finished when it was started (read_async on a backend without copy_out_async)."""
+
+    arrays: list[np.ndarray]
+
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> list[np.ndarray]:
+        return self.arrays
+
+
+def read_async(buffers: Sequence[Buffer]) -> Any:
+    """A read of buffers (of one device) under way, for a host step that must not wait for the rest of its schedule:
+    the backend's copy_out_async where it has one (WebGPU: copies recorded at this point of the command stream, mapped
+    asynchronously; the cpu: done at once), else a read done now. ready() says whether result() returns at once."""
+    start = getattr(buffers[0].backend, "copy_out_async", None)
+    if start is not None:
+        return start([(b.ensure(), b.size, b.dtype) for b in buffers])
+    return DoneRead(read_many(list(buffers)))
 
 
 def run_host_step(device: str, step: HostStep, tensors: Sequence[Tensor]) -> None:

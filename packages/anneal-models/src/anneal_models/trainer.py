@@ -31,9 +31,7 @@ from anneal import random as anneal_random
 from anneal.jit import jit
 from anneal.nn.state import get_state_dict, load_state_dict
 from anneal.optim import LRScheduler, Optimizer
-from anneal.realize import realize_all, run_host_step
-from anneal_schedule.buffer import Buffer, read_many
-from anneal_schedule.runner import HostStep
+from anneal.realize import Buffer, HostStep, read_async, realize_all, run_host_step
 
 Batch = tuple[np.ndarray, np.ndarray]
 HOST = "cpu"  # where the checkpoint's scalars (step counts, hyperparameters) live: any device can read them
@@ -78,26 +76,6 @@ class GradientReducer(Protocol):
     def finish(self) -> None: ...
 
 
-def _read_async(buffers: list[Buffer]) -> Any:
-    """A read of buffers (one device's) under way: the backend's copy_out_async (ready()/result()) where it has one,
-    else a read done at once."""
-    start = getattr(buffers[0].backend, "copy_out_async", None)
-    if start is not None:
-        return start([(b.ensure(), b.size, b.dtype) for b in buffers])
-    return _DoneRead(read_many(buffers))
-
-
-@dataclass
-class _DoneRead:
-    arrays: list[np.ndarray]
-
-    def ready(self) -> bool:
-        return True
-
-    def result(self) -> list[np.ndarray]:
-        return self.arrays
-
-
 class GradientExchange:
     """The host side of a data-parallel step: its host steps, which the step's jit records and replays.
 
@@ -129,7 +107,7 @@ class GradientExchange:
         if not self.open:  # the step's first bucket to be ready: the exchange begins
             self.reducer.begin()
             self.open, self.started, self.comm_ms = True, 0, 0.0
-        self.reads[bucket] = _read_async(buffers)
+        self.reads[bucket] = read_async(buffers)
         self._start_ready()
         self.comm_ms += (time.perf_counter() - t0) * 1e3
 
