@@ -58,4 +58,6 @@ class Backend(Protocol):
 # first is compiled (the WebGPU backend renders them in parallel); ``flush_soon()`` starts the device on the
 # runs recorded so far without waiting, or soon (the Runner calls it after each schedule); for
 # ANNEAL_DEBUG=2, ``start_timing() -> bool`` (False: no device timestamps) and ``stop_timing() ->
-# list[float]``, the device seconds of each run() since start_timing, in order.
+# list[float]``, the device seconds of each run() since start_timing, in order; ``copy_out_many(reads)``, several
+# buffers in one round trip; ``copy_out_async(reads)``, a read behind the runs so far that does not wait
+# (``ready()``, ``result()``: a data-parallel step's gradient buckets).
