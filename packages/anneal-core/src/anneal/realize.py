@@ -21,12 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from anneal.registry import get_backend
 from anneal_ir import Ops, Settings, UOp, graph_rewrite
 from anneal_ir.pattern import PatternMatcher, UPat
 from anneal_ir.sint import bind, bound_values, variables
+from anneal_schedule.backend import DoneRead
 from anneal_schedule.buffer import Buffer, read_many
 from anneal_schedule.runner import HostStep, Runner
 
@@ -240,19 +239,6 @@ def realize_all(tensors: Sequence[Tensor], host_steps: Sequence[tuple[HostStep, 
         steps = [(step, [at[i] for i in indices]) for step, indices in host_steps if indices[0] in at]
         for t, view in zip(ts, realize(device, [t.uop for t in ts], steps)):
             t.uop = settled(t, view)
-
-
-@dataclass
-class DoneRead:
-    """A read finished when it was started (read_async on a backend without copy_out_async)."""
-
-    arrays: list[np.ndarray]
-
-    def ready(self) -> bool:
-        return True
-
-    def result(self) -> list[np.ndarray]:
-        return self.arrays
 
 
 def read_async(buffers: Sequence[Buffer]) -> Any:

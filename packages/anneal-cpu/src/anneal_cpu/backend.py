@@ -16,7 +16,7 @@ from anneal_cpu.render_c import loop_iterations, render_c
 from anneal_cpu.runtime import Runtime
 from anneal_ir import DType, UOp
 from anneal_ir.settings import Settings
-from anneal_schedule.backend import Limits
+from anneal_schedule.backend import DoneRead, Limits
 
 
 def _idiv(a: Any, b: Any) -> Any:
@@ -97,19 +97,6 @@ class CPUProgram:
     @property
     def opts(self) -> str:  # the CPU's loops are its own: no opts, only which form the kernel took
         return "none (C stages, BLAS contractions)" if self.compiled else "none (numpy)"
-
-
-@dataclass
-class DoneRead:
-    """A read that copy_out_async finished before returning (ready() at once)."""
-
-    arrays: list[np.ndarray]
-
-    def ready(self) -> bool:
-        return True
-
-    def result(self) -> list[np.ndarray]:
-        return self.arrays
 
 
 def usable_cores() -> int:

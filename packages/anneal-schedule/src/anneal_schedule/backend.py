@@ -61,3 +61,17 @@ class Backend(Protocol):
 # list[float]``, the device seconds of each run() since start_timing, in order; ``copy_out_many(reads)``, several
 # buffers in one round trip; ``copy_out_async(reads)``, a read behind the runs so far that does not wait
 # (``ready()``, ``result()``: a data-parallel step's gradient buckets).
+
+
+@dataclass
+class DoneRead:
+    """A read finished when it was started: a backend's copy_out_async that has nothing to wait for (the cpu's),
+    and read_async on a backend without one."""
+
+    arrays: list[np.ndarray]
+
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> list[np.ndarray]:
+        return self.arrays

@@ -883,53 +883,56 @@ class ModuleList(Module):
         raise NotImplementedError("ModuleList is a container: call its modules, not the list")
 
 
-class ModuleDict(Module):
-    """Modules by name, registered as children under their keys, in insertion order."""
+class _NamedMembers(Module):
+    """A dict of members registered under their keys, in insertion order (ModuleDict, ParameterDict): what a member
+    is and how it is registered is the subclass's."""
 
-    def __init__(self, modules: Mapping[str, Module] | None = None) -> None:
-        super().__init__()
-        for k, m in (modules or {}).items():
-            self[k] = m
+    _what = "member"
 
-    def __setitem__(self, key: str, m: Module) -> None:
-        if not isinstance(m, Module):
-            raise TypeError(f"ModuleDict: {key!r} is a {type(m).__name__}, not a Module")
+    def _entries(self) -> list[tuple[str, Any]]:
+        raise NotImplementedError
+
+    def _register(self, key: str, value: Any) -> None:
+        raise NotImplementedError
+
+    def __setitem__(self, key: str, value: Any) -> None:
         if not key.isidentifier() or key.startswith("_"):
-            raise KeyError(f"ModuleDict: {key!r} must be an identifier not starting with '_' (it names parameters)")
-        setattr(self, key, m)
+            raise KeyError(f"{type(self).__name__}: {key!r} must be an identifier not starting with '_' (it names "
+                           "parameters)")  # fmt: skip
+        self._register(key, value)
 
-    def __getitem__(self, key: str) -> Module:
-        found = dict(self.named_children())
+    def __getitem__(self, key: str) -> Any:
+        found = dict(self._entries())
         if key not in found:
             raise KeyError(key)
         return found[key]
 
     def __contains__(self, key: object) -> bool:
-        return key in dict(self.named_children())
+        return key in dict(self._entries())
 
     def __len__(self) -> int:
-        return len(dict(self.named_children()))
+        return len(self._entries())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(dict(self.named_children()))
+        return iter(dict(self._entries()))
 
     def keys(self) -> list[str]:
         return list(self)
 
-    def values(self) -> list[Module]:
-        return [m for _, m in self.named_children()]
+    def values(self) -> list[Any]:
+        return [v for _, v in self._entries()]
 
-    def items(self) -> list[tuple[str, Module]]:
-        return list(self.named_children())
+    def items(self) -> list[tuple[str, Any]]:
+        return self._entries()
 
-    def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
-        for k, m in modules.items() if isinstance(modules, Mapping) else modules:
-            self[k] = m
+    def update(self, values: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        for k, v in values.items() if isinstance(values, Mapping) else values:
+            self[k] = v
 
-    def pop(self, key: str) -> Module:
-        m = self[key]
+    def pop(self, key: str) -> Any:
+        v = self[key]
         delattr(self, key)
-        return m
+        return v
 
     def __delitem__(self, key: str) -> None:
         self.pop(key)
@@ -939,7 +942,26 @@ class ModuleDict(Module):
             delattr(self, k)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("ModuleDict is a container: call its modules, not the dict")
+        raise NotImplementedError(f"{type(self).__name__} is a container: use its {self._what}s, not the dict")
+
+
+class ModuleDict(_NamedMembers):
+    """Modules by name, registered as children under their keys, in insertion order."""
+
+    _what = "module"
+
+    def __init__(self, modules: Mapping[str, Module] | None = None) -> None:
+        super().__init__()
+        for k, m in (modules or {}).items():
+            self[k] = m
+
+    def _entries(self) -> list[tuple[str, Any]]:
+        return list(self.named_children())
+
+    def _register(self, key: str, m: Any) -> None:
+        if not isinstance(m, Module):
+            raise TypeError(f"ModuleDict: {key!r} is a {type(m).__name__}, not a Module")
+        setattr(self, key, m)
 
 
 def Parameter(data: Tensor | None = None, requires_grad: bool = True) -> Tensor:  # noqa: N802 - torch's name
@@ -987,56 +1009,23 @@ class ParameterList(Module):
         raise NotImplementedError("ParameterList is a container: use its tensors, not the list")
 
 
-class ParameterDict(Module):
+class ParameterDict(_NamedMembers):
     """Tensors by name, registered as parameters under their keys, in insertion order."""
+
+    _what = "tensor"
 
     def __init__(self, values: Mapping[str, Tensor] | None = None) -> None:
         super().__init__()
         for k, v in (values or {}).items():
             self[k] = v
 
-    def __setitem__(self, key: str, value: Tensor) -> None:
-        if not isinstance(value, Tensor):
-            raise TypeError(f"ParameterDict: {key!r} is a {type(value).__name__}, not a Tensor")
-        if not key.isidentifier() or key.startswith("_"):
-            raise KeyError(f"ParameterDict: {key!r} must be an identifier not starting with '_' (it names parameters)")
-        setattr(self, key, Parameter(value) if not value.requires_grad else value)
-
-    def __getitem__(self, key: str) -> Tensor:
-        found = dict(self.items())
-        if key not in found:
-            raise KeyError(key)
-        return found[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in dict(self.items())
-
-    def __len__(self) -> int:
-        return len(self.items())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict(self.items()))
-
-    def keys(self) -> list[str]:
-        return list(self)
-
-    def values(self) -> list[Tensor]:
-        return [t for _, t in self.items()]
-
-    def items(self) -> list[tuple[str, Tensor]]:
+    def _entries(self) -> list[tuple[str, Any]]:
         return [(n, t) for n, t in self._members() if isinstance(t, Tensor)]
 
-    def update(self, values: Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]) -> None:
-        for k, v in values.items() if isinstance(values, Mapping) else values:
-            self[k] = v
-
-    def pop(self, key: str) -> Tensor:
-        t = self[key]
-        delattr(self, key)
-        return t
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("ParameterDict is a container: use its tensors, not the dict")
+    def _register(self, key: str, value: Any) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"ParameterDict: {key!r} is a {type(value).__name__}, not a Tensor")
+        setattr(self, key, Parameter(value) if not value.requires_grad else value)
 
 
 class AvgPool3d(Module):
