@@ -225,3 +225,45 @@ def test_flops_count_a_matmul_as_2mnk_plus_its_epilogue() -> None:
 def test_a_grouped_reduction_gives_each_invocation_a_quad_at_least() -> None:
     assert [group_size(n, 256) for n in (128, 256, 512, 1024, 1 << 20)] == [64, 64, 128, 256, 256]
     assert group_size(1 << 20, 32) == 32  # a device's limit wins
+
+
+def one_hot_rows(rows: int, tokens: UOp) -> UOp:
+    """(v == tokens[t]) as float32, shape (rows, len(tokens)): the one-hot an embedding's gradient contracts."""
+    (t,) = tokens.shape  # type: ignore[misc]
+    iota = view(UOp(Ops.IOTA, dtypes.int64, (), rows), (rows, t), (rows, 1))
+    return UOp(Ops.CAST, F32, (UOp(Ops.CMPEQ, dtypes.bool, (iota, view(tokens, (rows, t), (1, t)))),))
+
+
+def test_a_one_hot_operand_skips_the_steps_where_its_tile_is_zero() -> None:
+    # an embedding's gradient over a vocabulary: 4096 rows of a one-hot, most 64-row tiles zero in most k steps
+    tokens = UOp(Ops.RESHAPE, dtypes.int64, (UOp(Ops.BUFFER, dtypes.int64, (), FakeBuffer(512)),), (512,))
+    ast = kernel(matmul(one_hot_rows(4096, tokens), buf(512, 64)))
+    opts = choose_opts(ast, LIMITS)
+    assert Opt(OptOps.SKIP, 0) in opts and Opt(OptOps.SKIP, 1) not in opts
+    prog = lower("k", ast, opts, lanes=True, vec_storage=lambda d: True)
+    flags = [s for s in prog.shared if s.name.startswith("skip")]
+    assert len(flags) == 1 and flags[0].count == 1
+    marks = [i for i in prog.instrs if i.op == "store" and i.arg[1] == flags[0].name]
+    assert len(marks) == 1 and len(marks[0].srcs) == 3  # stored where the invocation's elements are not all zero
+    loops = [i for i in prog.instrs if i.op == "loop"]
+    assert any(isinstance(i.srcs[1], str) for i in loops)  # the inner loop's end: zero where no mark was stored
+    # a short one-hot (65 letters, one tile) and a dense operand take no SKIP; SKIP needs the operand staged
+    assert not any(o.op is OptOps.SKIP for o in choose_opts(kernel(matmul(one_hot_rows(65, tokens), buf(512, 64))),
+                                                           LIMITS))  # fmt: skip
+    dense = kernel(matmul(buf(256, 128), buf(128, 256)))
+    assert not any(o.op is OptOps.SKIP for o in choose_opts(dense, LIMITS))
+    with pytest.raises(OptError, match="not staged"):
+        apply_opts(ast, [Opt(OptOps.SKIP, 0)])
+
+
+def test_a_staged_tile_keeps_its_big_operands_contiguous_range_innermost() -> None:
+    # a weight gradient X^T dY with X scaled per row (a layer norm's recomputation reads its statistics one apart
+    # along k): X steps through memory by 1 along m, the statistics along k. The tile keeps m innermost, so it is
+    # filled and read as vec4s (with k innermost it was scalar: eight shared loads per k step instead of two)
+    x, scale = buf(512, 256), buf(512)
+    scaled = x * view(scale, (512, 256), (512, 1))
+    ast = kernel(matmul(UOp(Ops.PERMUTE, F32, (scaled,), (1, 0)), buf(512, 256)))
+    opts = choose_opts(ast, LIMITS)
+    prog = lower("k", ast, opts, lanes=True, vec_storage=lambda d: True)
+    tiles = [s for s in prog.shared if s.name.startswith("tile")]
+    assert len(tiles) == 2 and all(s.vec for s in tiles), tiles

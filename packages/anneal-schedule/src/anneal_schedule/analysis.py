@@ -153,6 +153,34 @@ def find_contraction(ast: UOp, deps: dict[UOp, frozenset[UOp]]) -> Contraction |
     return Contraction(red, k, a, b, tuple(only_a), tuple(only_b))
 
 
+def _is_data(u: UOp) -> bool:
+    return any(n.op is Ops.LOAD for n in u.toposort())
+
+
+def one_hot(operand: UOp, deps: dict[UOp, frozenset[UOp]]) -> UOp | None:
+    """The output range a contraction's operand is a one-hot along, or None: the operand is (r == a loaded
+    value) as a number, zero unless the comparison holds (under any guards that select zero). An embedding's
+    gradient is the contraction of such an operand over a vocabulary of tokens with the upstream gradient."""
+    v = operand
+    while v.op is Ops.WHERE and v.src[2].op is Ops.CONST and v.src[2].arg == 0:
+        v = v.src[1]
+    if v.op is Ops.CAST and v.src[0].op is Ops.CMPEQ:
+        cmp = v.src[0]
+    elif v.op is Ops.WHERE and v.src[0].op is Ops.CMPEQ and v.src[2].op is Ops.CONST and v.src[2].arg == 0:
+        cmp = v.src[0]
+    else:
+        return None
+    x, y = cmp.src
+    if _is_data(y) and not _is_data(x):
+        index, data = x, y
+    elif _is_data(x) and not _is_data(y):
+        index, data = y, x
+    else:
+        return None
+    ranges = [r for r in deps[index] if kind(r) == "global" and r not in deps[data]]
+    return max(ranges, key=extent) if ranges else None
+
+
 @dataclass(frozen=True)
 class RowKernel:
     """A kernel whose reductions all depend on the same strict subset of its global ranges (the rows)."""

@@ -30,6 +30,7 @@ from anneal_schedule.analysis import (
     extent,
     find_contraction,
     global_ranges,
+    one_hot,
     ranges_of,
     row_kernel,
     vectorizable,
@@ -38,6 +39,7 @@ from anneal_schedule.backend import Limits
 from anneal_schedule.opt import Opt, OptError, OptOps, apply_opts
 
 MAX_ROW_QUADS = 8  # quads of a row an invocation keeps in registers
+SPARSE_TILES = 8  # a one-hot skips zero tiles along a range this many tiles long (GPT-2's 50257 tokens: 393)
 
 
 def _pow2_at_most(n: int) -> int:
@@ -234,12 +236,22 @@ def tile_opts(c: Contraction, limits: Limits, tm: int, tn: int, tk: int, rm: int
     rows = [Opt(OptOps.LOCAL, m.arg[0], tm // rm)] + ([Opt(OptOps.UPCAST, m.arg[0], rm)] if rm > 1 else [])
     opts += list(reversed(rows)) if rm % 4 == 0 and _contiguous_along(c.a, m) else rows
     depth = _tile_depth(k, tk) if const_extent(k) is not None else 1
+    inner = depth > 4 and depth % 4 == 0
     if depth > 1 and extent(k) > 1:
         opts.append(Opt(OptOps.UNROLL, k.arg[0], depth))
-        if depth > 4 and depth % 4 == 0:
+        if inner:
             opts.append(Opt(OptOps.INNER, k.arg[0], 4))
     opts += [Opt(OptOps.STAGE, 0), Opt(OptOps.STAGE, 1)]
+    if inner and depth > 1 and extent(k) > 1:
+        opts += [Opt(OptOps.SKIP, axis) for axis in (0, 1) if _sparse(c, axis, tm if axis == 0 else tn)]
     return tuple(opts)
+
+
+def _sparse(c: Contraction, axis: int, tile: int) -> bool:
+    """Is operand axis a one-hot along a range of at least SPARSE_TILES tiles (most of its staged tiles zero)?"""
+    operand = c.a if axis == 0 else c.b
+    r = one_hot(operand, ranges_of(operand))
+    return r is not None and extent(r) >= SPARSE_TILES * tile
 
 
 TILE_ROWS = 128  # a big tile's rows (or columns): a short output range is joined with its neighbours to reach them

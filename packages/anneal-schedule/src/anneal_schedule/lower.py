@@ -30,7 +30,7 @@ from typing import Any
 
 from anneal_ir import DType, Ops, UOp, dtypes
 from anneal_ir.sint import sint, sprod, upper, variables
-from anneal_schedule.analysis import Affine, affine, identity, kind, nodes_below
+from anneal_schedule.analysis import Affine, affine, const_extent, identity, kind, nodes_below
 from anneal_schedule.blocks import Block
 from anneal_schedule.decompose import decompositions
 from anneal_schedule.opt import Opt, apply_opts, origin, stride, substitute
@@ -191,6 +191,7 @@ class Fill:
     lane: UOp | None  # the fresh range of the four lanes the fill computes at a time
     lanes_already: bool  # the tile's lane range is a vector range of the kernel
     order: tuple[UOp, ...] = ()  # the order invocations take the elements in: memory-contiguous ranges fastest
+    skip: bool = False  # a step whose tile is all zeros leaves out its multiply-adds (opt SKIP)
 
 
 @dataclass
@@ -221,6 +222,7 @@ class Lowerer:
     names_of_regs: dict[str, tuple[DType, int]] = field(default_factory=dict)
     lid: UOp = field(default_factory=lambda: UOp.const(dtypes.int64, 0))
     columns: set[UOp] = field(default_factory=set)  # the ranges of column_ids
+    nonzero_steps: dict[int, list[str]] = field(default_factory=dict)  # step block -> "its tiles hold a nonzero"
 
     # ---- analysis ----
     def analyse(self) -> None:
@@ -382,6 +384,7 @@ class Lowerer:
             self.filled.add((t, id(b)))
             elements += [(self.fills[t], *e) for e in self.fill_elements(self.fills[t])]
         stepped = [value for _, value, _, _ in elements if prefetch and step is not None and step in self.deps[value]]
+        nonzero: list[tuple[Fill, Operand, int, UOp | None]] = []  # a skip tile's elements: (fill, value, width, valid)
         registers: dict[UOp, tuple[UOp, UOp]] = {}  # a stepped value -> (its first step's, the next step's)
         if stepped and step is not None:
             last = simplify_kernel(step.src[0] - 1)
@@ -403,16 +406,67 @@ class Lowerer:
                 vw = w
             else:
                 stored, vw = self.ref(value, b), self.width(value)
+            if fill.skip and prefetch:
+                nonzero.append((fill, stored, vw, valid))
             if fill.decl.vec and vw == 1:
                 stored = self.let(b, value, "splat", (stored,), width=4)
             store_srcs = (self.ref(index, b), stored) + ((self.ref(valid, b),) if valid is not None else ())
             self.emit(b, Instr("store", "", value.dtype, 4 if fill.decl.vec else 1, store_srcs,
                                ("local", fill.decl.name, "quad" if fill.decl.vec else "elem")))  # fmt: skip
+        marks = self.mark_nonzero(nonzero, b) if nonzero else []
         self.emit(b, Instr("barrier"))
+        for flag, mark in marks:  # this step's mark read back: some invocation stored a nonzero
+            seen, same = self.fresh(), self.fresh()
+            self.emit(b, Instr("load", seen, dtypes.int32, 1, (UOp.const(dtypes.int32, 0),), ("local", flag, "elem")))
+            self.emit(b, Instr(Ops.CMPEQ, same, dtypes.bool, 1, (seen, mark)))
+            self.nonzero_steps.setdefault(id(b), []).append(same)
         for reg, following in nexts:
             self.emit(b, Instr("set", reg, following.dtype, self.names_of_regs[reg][1], (self.ref(following, b),)))
         if prefetch:
             self.block_ends.setdefault(id(b), []).append(Instr("barrier"))
+
+    def mark_nonzero(
+        self, elements: list[tuple[Fill, Operand, int, UOp | None]], b: Block
+    ) -> list[tuple[str, Operand]]:
+        """Each skip tile's flag in workgroup memory, stored this step's mark (1 + the index of the step among the
+        loops around it) by the invocations that fill a nonzero element: a mark, not a boolean reset per step,
+        which would race with slower invocations still reading the last step's. Returns (flag, mark) per tile."""
+        out = []
+        fills: list[Fill] = []
+        for f, *_ in elements:
+            if all(f is not g for g in fills):
+                fills.append(f)
+        for fill in fills:
+            steps = sorted((r for r in self.deps[fill.operand] if kind(r) == "reduce"), key=lambda r: r.arg[0])
+            index = steps[-1]  # where an extent is not constant: a mark seen again only computes a zero step
+            if all(const_extent(r) is not None for r in steps):
+                index = UOp.const(dtypes.int64, 0)
+                for r in steps:  # mixed radix over the step loops
+                    index = index * int(const_extent(r) or 1) + r
+            mark = self.ref(simplify_kernel(index + 1), b)
+            anyone: Operand | None = None
+            for f, value, width, valid in elements:
+                if f is not fill:
+                    continue
+                nz = self.fresh()
+                self.emit(b, Instr(Ops.CMPNE, nz, dtypes.bool, width, (value, UOp.const(fill.operand.dtype, 0))))
+                if width == 4:
+                    lanes, nz = nz, self.fresh()
+                    self.emit(b, Instr("combine", nz, dtypes.bool, 1, (lanes,), Ops.ADD))
+                if valid is not None:
+                    gated, nz = nz, self.fresh()
+                    self.emit(b, Instr(Ops.AND, nz, dtypes.bool, 1, (gated, self.ref(valid, b))))
+                if anyone is not None:
+                    either, nz = nz, self.fresh()
+                    self.emit(b, Instr(Ops.OR, nz, dtypes.bool, 1, (anyone, either)))
+                anyone = nz
+            assert anyone is not None
+            flag = f"skip{fill.decl.name}"
+            self.shared.append(SharedDecl(flag, dtypes.int32, 1, False))
+            self.emit(b, Instr("store", "", dtypes.int32, 1, (UOp.const(dtypes.int32, 0), mark, anyone),
+                               ("local", flag, "elem")))  # fmt: skip
+            out.append((flag, mark))
+        return out
 
     def lane_name_for(self, root: Block) -> str:
         """The vec4 0, 1, 2, 3 (defined once, first thing in the kernel)."""
@@ -598,10 +652,21 @@ class Lowerer:
         return inner
 
     def close(self, blk: Block) -> None:
-        """Append blk's instructions to its parent as a loop body (its first instruction opens the loop)."""
+        """Append blk's instructions to its parent as a loop body (its first instruction opens the loop). The inner
+        loop of a step whose skip tiles are all zero runs no times."""
         assert blk.parent is not None
         body = self.instrs_of.pop(id(blk), []) + self.block_ends.pop(id(blk), [])
-        self.instrs_of.setdefault(id(blk.parent), []).extend([*body, Instr("end")])
+        into = self.instrs_of.setdefault(id(blk.parent), [])
+        marks = self.nonzero_steps.get(id(blk.parent), [])
+        if marks and body and self.loop_range_of(blk, "inner") is not None:
+            go = marks[0]
+            for m in marks[1:]:
+                both, go = go, self.fresh()
+                into.append(Instr(Ops.AND, go, dtypes.bool, 1, (both, m)))
+            loop, end = body[0], self.fresh()
+            into.append(Instr(Ops.WHERE, end, dtypes.int32, 1, (go, loop.srcs[1], UOp.const(dtypes.int32, 0))))
+            body[0] = Instr(loop.op, loop.name, loop.dtype, loop.width, (loop.srcs[0], end, loop.srcs[2]), loop.arg)
+        into.extend([*body, Instr("end")])
 
     # ---- the kernel ----
     def lower(self, opts: tuple[Opt, ...]) -> Program:
@@ -747,7 +812,7 @@ class Lowerer:
     def plan_fill(self, tile: UOp) -> None:
         """The fill's own ranges: a fresh one per tile range, the lane range as quads times four plus lanes."""
         lane = self.fill_lane(tile)
-        slot, size = tile.arg
+        slot, size = tile.arg[:2]
         decl = SharedDecl(f"tile{slot}", tile.dtype, size // 4 if lane is not None else size, lane is not None)
         fresh: dict[UOp, UOp] = {}
         loop_ranges: list[UOp] = []
@@ -774,8 +839,8 @@ class Lowerer:
         contiguous = {fresh_of for r, fresh_of in zip(tile.src[1:], loop_ranges) if r is not lane and
                       self.contiguous_in(tile.src[0], r)}  # fmt: skip
         order = tuple(r for r in loop_ranges if r not in contiguous) + tuple(r for r in loop_ranges if r in contiguous)
-        self.fills[tile] = Fill(decl, operand, tuple(loop_ranges), new_lane,
-                                lane is not None and kind(lane) == "vector", order)  # fmt: skip
+        vector = lane is not None and kind(lane) == "vector"
+        self.fills[tile] = Fill(decl, operand, tuple(loop_ranges), new_lane, vector, order, tile.arg[2:] == ("skip",))
 
     def contiguous_in(self, operand: UOp, r: UOp) -> bool:
         steps = [affine(n.src[1], self.affines) for n in operand.toposort()

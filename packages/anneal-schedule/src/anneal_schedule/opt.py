@@ -26,6 +26,9 @@ STAGE      --            the contraction's operand ``axis`` (0: a, 1: b) is comp
                          element of its tile into workgroup memory, then read from there
 INNER      unroll        (of reduce range ``axis``) the outer part becomes a loop inside the staged
                          tile's step: TK-deep tiles without unrolling all TK values
+SKIP       --            (after STAGE and INNER) a step whose staged tile of operand ``axis`` is all zeros
+                         leaves out its multiply-adds: a one-hot operand (an embedding's gradient
+                         over a vocabulary) is zero in most steps of most tiles
 =========  ============  ================================================================
 
 An opt names its range by id (``RANGE.arg[0]``): opts made for a kernel replay on it exactly, so
@@ -58,6 +61,7 @@ class OptOps(Enum):
     JOIN = auto()
     STAGE = auto()
     INNER = auto()
+    SKIP = auto()
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,25 @@ def _stage(ast: UOp, opt: Opt) -> UOp:
     return substitute(ast, {operand: UOp(Ops.LOAD, operand.dtype, (buf, index))})
 
 
+def _skip(ast: UOp, opt: Opt) -> UOp:
+    """Mark operand opt.axis's staged tile (its DEFINE_LOCAL's arg gains "skip"): the lowering leaves out the
+    multiply-adds of a step where the tile holds only zeros. A zero tile adds nothing (its products are zeros, or
+    NaN where the other operand is not finite: an index_add, as torch computes an embedding's gradient, never
+    reads those rows either)."""
+    reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and n.arg is Ops.ADD and _product(n) is not None]
+    if len(reds) != 1 or opt.axis not in (0, 1):
+        raise OptError(f"{opt!r}: the kernel has no single contraction with an operand {opt.axis}")
+    product = _product(reds[0])
+    assert product is not None
+    read = product.src[opt.axis]
+    if read.op is not Ops.LOAD or read.src[0].op is not Ops.DEFINE_LOCAL:
+        raise OptError(f"{opt!r}: operand {opt.axis} is not staged (STAGE({opt.axis}) first)")
+    if not any(kind(r) == "inner" for r in reds[0].src[1:]):
+        raise OptError(f"{opt!r}: the reduction has no inner loop to leave out (INNER first)")
+    tile = read.src[0]
+    return substitute(ast, {tile: tile.replace(arg=(*tile.arg[:2], "skip"))})
+
+
 def _tile_order(operand: UOp, ranges: list[UOp]) -> list[UOp]:
     """A tile's layout: the parts of each range as scheduled together, outer parts first; the range whose
     elements are contiguous in memory (a vector range's, else one the operand's loads step through by 1)
@@ -277,16 +300,21 @@ def _tile_order(operand: UOp, ranges: list[UOp]) -> list[UOp]:
     groups: dict[int, list[UOp]] = {}
     for r in ranges:
         groups.setdefault(origin(r), []).append(r)
-    contiguous: set[int] = set()
+    # each range weighs the tile elements of the loads that step through memory by 1 along it: a layer norm's
+    # input (64 x 32 elements of a tile) outweighs its per-row statistics (32), also read one apart, along k
+    weight: dict[int, int] = {}
     memo: dict = {}
     for n in operand.toposort():
         if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL:
             aff = affine(n.src[1], memo)
             if aff is not None:
-                contiguous |= {origin(r) for r, c in aff[0].items() if abs(c) == 1 and r in ranges}
+                size = math.prod(int(r.src[0].arg) for r in aff[0] if r in ranges)
+                for r, c in aff[0].items():
+                    if abs(c) == 1 and r in ranges:
+                        weight[origin(r)] = weight.get(origin(r), 0) + size
 
-    def last(o: int) -> int:
-        return 2 if any(kind(r) == "vector" for r in groups[o]) else 1 if o in contiguous else 0
+    def last(o: int) -> tuple[bool, int]:
+        return any(kind(r) == "vector" for r in groups[o]), weight.get(o, 0)
 
     order = sorted(groups, key=lambda o: (last(o), o))
     return [r for o in order for r in sorted(groups[o], key=lambda r: -stride(r))]
@@ -313,6 +341,8 @@ def apply_opt(ast: UOp, opt: Opt, simplify: bool = True) -> UOp:
         out = _stage(ast, opt)
     elif opt.op is OptOps.INNER:
         out = _inner(ast, opt)
+    elif opt.op is OptOps.SKIP:
+        out = _skip(ast, opt)
     else:  # pragma: no cover - every OptOps member is handled above
         raise OptError(f"unknown opt {opt!r}")
     return simplify_kernel(out) if simplify else out

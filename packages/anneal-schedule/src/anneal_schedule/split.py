@@ -8,6 +8,9 @@ the tensor graph, before kernels are formed) sums S slices of K/S elements each 
 
     sum_k x[..., k]  ->  sum_s (sum_j x[..., s * K/S + j])
 
+The partial sums are laid out slice by slice (S x outputs): each slice's kernel writes a whole output as an
+unsplit one would, and the second sum reads the S values of an output one output apart.
+
 For a contraction the partial sums are a batched contraction (split-K), tiled like any other. S is
 the smallest power of two giving the device ``parallel`` outputs (tiles of ``TILE`` outputs for a
 contraction), while every slice keeps at least ``MIN_SLICE`` elements; it divides K, so no slice
@@ -64,10 +67,12 @@ def _split(ctx: int, x: UOp) -> UOp | None:
     moved = UOp(Ops.PERMUTE, src.dtype, (src,), (*kept, *axes)) if list(axes) != list(range(len(kept), len(shape))) \
         else src  # fmt: skip
     out_dims = tuple(shape[i] for i in kept)
-    sliced = UOp(Ops.RESHAPE, src.dtype, (moved,), (*out_dims, s, k // s))
     n = len(out_dims)
-    partial = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.REDUCE_AXIS, x.dtype, (sliced,), (op, (n + 1,))),))
-    total = UOp(Ops.REDUCE_AXIS, x.dtype, (partial,), (op, (n,)))
+    sliced = UOp(Ops.RESHAPE, src.dtype, (moved,), (*out_dims, s, k // s))
+    # the slices outermost: each partial sum is a whole output, written as the final one is (vec4 along its rows)
+    first = UOp(Ops.PERMUTE, src.dtype, (sliced,), (n, *range(n), n + 1))
+    partial = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.REDUCE_AXIS, x.dtype, (first,), (op, (n + 1,))),))
+    total = UOp(Ops.REDUCE_AXIS, x.dtype, (partial,), (op, (0,)))
     return UOp(Ops.RESHAPE, x.dtype, (total,), x.shape)
 
 
