@@ -384,3 +384,35 @@ def test_a_one_hot_contraction_skips_its_zero_steps_and_equals_an_index_add(runn
     assert any(o.op is OptOps.SKIP for o in opts), opts
     assert "skiptile" in render_wgsl("k0", kern.ast, opts=opts).source
     check_every_candidate(runner, grad, expected, rtol=1e-5, atol=1e-5, limit=4)
+
+
+def test_a_causally_masked_operand_skips_the_steps_past_its_rows(runner: Runner) -> None:
+    # attention's probabilities times the values under a causal mask: a 64-row tile's steps of keys past its last
+    # row are all zeros (3/8 of them at 256 positions); they leave out their multiply-adds
+    t, d = 256, 64
+    gen = np.random.default_rng(1)
+    s = gen.integers(-3, 4, (t, t)).astype(np.float32)  # small integers: every order of the sums is exact
+    v = gen.integers(-3, 4, (t, d)).astype(np.float32)
+    rows = view(UOp(Ops.IOTA, dtypes.int64, (), t), (t, t), (t, 1))
+    cols = view(UOp(Ops.IOTA, dtypes.int64, (), t), (t, t), (1, t))
+    future = UOp(Ops.CMPLT, dtypes.bool, (rows, cols))
+    p = UOp(Ops.WHERE, F32, (future, view(UOp.const(F32, 0.0), (t, t), (1, 1)), tensor(runner, s)))
+    out = matmul(p, tensor(runner, v))
+    expected = np.where(np.triu(np.ones((t, t), bool), 1), 0.0, s) @ v
+    (kern,) = runner.scheduler.schedule([out])[0].kernels
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    assert Opt(OptOps.SKIP, 0) in opts, opts
+    check_every_candidate(runner, out, expected.astype(np.float32), limit=4)
+
+
+def test_a_long_odd_k_is_split_into_slices_padded_with_zeros(runner: Runner) -> None:
+    # GPT-2's head input gradient sums over 50257 tokens for 4096 x 768 outputs (384 tiles): S does not divide K, so
+    # each factor is padded with zeros to S slices of partial sums, then summed
+    gen = np.random.default_rng(2)
+    a = gen.integers(-3, 4, (32, 8193)).astype(np.float32)  # small integers: every order of the sums is exact
+    b = gen.integers(-3, 4, (8193, 48)).astype(np.float32)
+    mm = matmul(tensor(runner, a), tensor(runner, b))
+    kernels = runner.scheduler.schedule([mm])[0].kernels
+    assert len(kernels) == 2  # the slices' partial sums, then their sum
+    assert any(o.op is OptOps.STAGE for o in choose_opts(kernels[0].ast, runner.backend.limits))
+    check_every_candidate(runner, mm, a @ b, limit=2)

@@ -181,6 +181,19 @@ def one_hot(operand: UOp, deps: dict[UOp, frozenset[UOp]]) -> UOp | None:
     return max(ranges, key=extent) if ranges else None
 
 
+def masked_along(operand: UOp, deps: dict[UOp, frozenset[UOp]], c: Contraction) -> bool:
+    """Does the operand select by a comparison of positions alone, one of them along the contraction's k and one
+    along its rows or columns (a causal mask: key position > query position)? Such an operand is zero (exp of
+    -inf, or the select's zero) in the steps of k past a tile's last row: half of a causal attention's tiles."""
+    ks, outputs = set(c.k), set(c.m) | set(c.n)
+    for n in operand.toposort():
+        if n.op is Ops.WHERE and n.src[0].op in (Ops.CMPLT, Ops.CMPNE) and not _is_data(n.src[0]):
+            ranges = deps[n.src[0]]
+            if ranges & ks and ranges & outputs:
+                return True
+    return False
+
+
 @dataclass(frozen=True)
 class RowKernel:
     """A kernel whose reductions all depend on the same strict subset of its global ranges (the rows)."""

@@ -30,6 +30,7 @@ from anneal_schedule.analysis import (
     extent,
     find_contraction,
     global_ranges,
+    masked_along,
     one_hot,
     ranges_of,
     row_kernel,
@@ -248,10 +249,12 @@ def tile_opts(c: Contraction, limits: Limits, tm: int, tn: int, tk: int, rm: int
 
 
 def _sparse(c: Contraction, axis: int, tile: int) -> bool:
-    """Is operand axis a one-hot along a range of at least SPARSE_TILES tiles (most of its staged tiles zero)?"""
+    """Are many of operand axis's staged tiles zero: a one-hot along a range of at least SPARSE_TILES tiles, or an
+    operand masked by positions along k (a causal attention's probabilities and their gradients)?"""
     operand = c.a if axis == 0 else c.b
-    r = one_hot(operand, ranges_of(operand))
-    return r is not None and extent(r) >= SPARSE_TILES * tile
+    deps = ranges_of(operand)
+    r = one_hot(operand, deps)
+    return (r is not None and extent(r) >= SPARSE_TILES * tile) or masked_along(operand, deps, c)
 
 
 TILE_ROWS = 128  # a big tile's rows (or columns): a short output range is joined with its neighbours to reach them

@@ -13,8 +13,9 @@ unsplit one would, and the second sum reads the S values of an output one output
 
 For a contraction the partial sums are a batched contraction (split-K), tiled like any other. S is
 the smallest power of two giving the device ``parallel`` outputs (tiles of ``TILE`` outputs for a
-contraction), while every slice keeps at least ``MIN_SLICE`` elements; it divides K, so no slice
-is ragged. Reductions reading fewer than ``MIN_WORK`` elements are left alone. A backend that gains
+contraction), while every slice keeps at least ``MIN_SLICE`` elements; it divides K, except for a sum of
+products of at least ``RAGGED_MIN`` elements, whose factors are padded with zeros to S slices.
+Reductions reading fewer than ``MIN_WORK`` elements are left alone. A backend that gains
 nothing (the CPU runs its own threads over a reduction) asks for none.
 """
 
@@ -27,6 +28,7 @@ from anneal_ir import Ops, PatternMatcher, UOp, UPat, graph_rewrite
 MIN_SLICE = 256  # elements a partial sum keeps at least
 MIN_WORK = 1 << 16  # elements a reduction reads before a second kernel is worth launching
 TILE = 8192  # outputs of one workgroup of a tiled contraction (a 64 x 128 tile)
+RAGGED_MIN = 8192  # a sum of products this long may be split where S does not divide it (a slice pads < 1/16 of it)
 
 
 def _plan(x: UOp, parallel: int) -> int:
@@ -41,8 +43,10 @@ def _plan(x: UOp, parallel: int) -> int:
     units = max(1, outputs // TILE) if _product(src) else outputs  # workgroups the kernel would have
     if units >= parallel or k < 2 * MIN_SLICE or outputs * k < MIN_WORK:
         return 1
+    # a long sum of products may end in a ragged slice (GPT-2's head: 50257 tokens): its factors are padded
+    ragged = x.arg[0] is Ops.ADD and src.op is Ops.MUL and k >= RAGGED_MIN
     s = 1
-    while units * s < parallel and k % (2 * s) == 0 and k // (2 * s) >= MIN_SLICE:
+    while units * s < parallel and (ragged or k % (2 * s) == 0) and k // (2 * s) >= MIN_SLICE:
         s *= 2
     return s
 
@@ -64,11 +68,22 @@ def _split(ctx: int, x: UOp) -> UOp | None:
     assert shape is not None
     kept = [i for i in range(len(shape)) if i not in axes]
     k = math.prod(shape[a] for a in axes)
-    moved = UOp(Ops.PERMUTE, src.dtype, (src,), (*kept, *axes)) if list(axes) != list(range(len(kept), len(shape))) \
-        else src  # fmt: skip
     out_dims = tuple(shape[i] for i in kept)
     n = len(out_dims)
-    sliced = UOp(Ops.RESHAPE, src.dtype, (moved,), (*out_dims, s, k // s))
+    padded = s * -(-k // s)
+
+    def moved(u: UOp) -> UOp:
+        """u with the reduced axes last, as one of padded elements (zeros past k)."""
+        if list(axes) != list(range(len(kept), len(shape))):
+            u = UOp(Ops.PERMUTE, u.dtype, (u,), (*kept, *axes))
+        if padded == k:
+            return u
+        flat = UOp(Ops.RESHAPE, u.dtype, (u,), (*out_dims, k))
+        return UOp(Ops.PAD, u.dtype, (flat,), (*((0, 0),) * n, (0, padded - k)))
+
+    # a ragged split pads each factor of the product, so the kernel stays a contraction (gated loads, no gated sum)
+    whole = moved(src) if padded == k else UOp(Ops.MUL, src.dtype, tuple(moved(f) for f in src.src))
+    sliced = UOp(Ops.RESHAPE, src.dtype, (whole,), (*out_dims, s, padded // s))
     # the slices outermost: each partial sum is a whole output, written as the final one is (vec4 along its rows)
     first = UOp(Ops.PERMUTE, src.dtype, (sliced,), (n, *range(n), n + 1))
     partial = UOp(Ops.CONTIGUOUS, x.dtype, (UOp(Ops.REDUCE_AXIS, x.dtype, (first,), (op, (n + 1,))),))
