@@ -416,3 +416,21 @@ def test_a_long_odd_k_is_split_into_slices_padded_with_zeros(runner: Runner) -> 
     assert len(kernels) == 2  # the slices' partial sums, then their sum
     assert any(o.op is OptOps.STAGE for o in choose_opts(kernels[0].ast, runner.backend.limits))
     check_every_candidate(runner, mm, a @ b, limit=2)
+
+
+def test_a_long_one_hot_sum_is_not_split_but_read_as_a_gather(runner: Runner) -> None:
+    # an embedding over 20001 tokens: a sum over a one-hot the gather rule turns into a load once the kernel is
+    # formed. Split first (a long odd sum of products), it stayed a contraction (GPT-2's embedding: 13.4 ms)
+    gen = np.random.default_rng(3)
+    v, t, c = 20001, 512, 64
+    table = gen.standard_normal((v, c)).astype(np.float32)
+    tokens = gen.integers(0, v, t)
+    iota = view(UOp(Ops.IOTA, dtypes.int64, (), v), (t, c, v), (1, 1, v))
+    tok = view(tensor(runner, tokens.astype(np.int64)), (t, c, v), (t, 1, 1))
+    onehot = UOp(Ops.CAST, F32, (UOp(Ops.CMPEQ, dtypes.bool, (iota, tok)),))
+    rows = view(UOp(Ops.PERMUTE, F32, (tensor(runner, table),), (1, 0)), (t, c, v), (1, c, v))
+    emb = reduce(onehot * rows, Ops.ADD, 2)
+    kernels = runner.scheduler.schedule([emb])[0].kernels
+    assert len(kernels) == 1 and not any(n.op is Ops.REDUCE for n in kernels[0].ast.toposort())
+    (buf,) = runner.realize([emb])
+    np.testing.assert_array_equal(buf.numpy().reshape(t, c), table[tokens])

@@ -40,6 +40,8 @@ def _plan(x: UOp, parallel: int) -> int:
     axes = x.arg[1]
     k = math.prod(shape[a] for a in axes)
     outputs = math.prod(d for i, d in enumerate(shape) if i not in axes)
+    if _selects_one(src):
+        return 1  # a sum over a one-hot is a load in its kernel (anneal_schedule.gather): no sum is left to split
     units = max(1, outputs // TILE) if _product(src) else outputs  # workgroups the kernel would have
     if units >= parallel or k < 2 * MIN_SLICE or outputs * k < MIN_WORK:
         return 1
@@ -49,6 +51,19 @@ def _plan(x: UOp, parallel: int) -> int:
     while units * s < parallel and (ragged or k % (2 * s) == 0) and k // (2 * s) >= MIN_SLICE:
         s *= 2
     return s
+
+
+def _selects_one(u: UOp) -> bool:
+    """Is u a product with a factor (under movement ops) that is a comparison for equality as a number or a
+    select: an embedding's one-hot, whose sum the gather rule turns into a load once the kernel is formed?"""
+    if u.op is not Ops.MUL:
+        return False
+    for f in u.src:
+        while f.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND):
+            f = f.src[0]
+        if (f.op is Ops.CAST and f.src[0].op is Ops.CMPEQ) or (f.op is Ops.WHERE and f.src[0].op is Ops.CMPEQ):
+            return True
+    return False
 
 
 def _product(u: UOp) -> bool:
