@@ -153,7 +153,8 @@ class KernelBuilder:
 
     root: UOp
     materialized: Callable[[UOp], int | None]  # node -> schedule slot, or None if not (yet) a buffer
-    must_realize: Callable[[UOp, bool], str | None]  # (node, read through a broadcast) -> why it needs a kernel
+    # (node, read through a broadcast, inside a reduction of this kernel) -> why it needs a kernel of its own
+    must_realize: Callable[[UOp, bool, bool], str | None]
     slots: list[int] = field(default_factory=list)  # DEFINE_GLOBAL i reads/writes schedule slot slots[i]
     n_ranges: int = 0
     memo: dict[tuple, UOp] = field(default_factory=dict)
@@ -197,7 +198,7 @@ class KernelBuilder:
     def _lower(self, u: UOp, idx: Index, valid: UOp | None, bc: bool, is_root: bool) -> UOp:
         if not is_root or u.op is Ops.BUFFER:  # a buffer is always read, even as the whole value
             slot = self.materialized(u)
-            why = self.must_realize(u, bc) if slot is None else None
+            why = self.must_realize(u, bc, _moves_with_reduce(idx)) if slot is None else None
             if why is not None:
                 raise NeedsRealize(u, why)
             if slot is not None:
@@ -240,6 +241,11 @@ class KernelBuilder:
         if u.op in GroupOp.Elementwise:
             return u.replace(src=tuple(self.lower(s, idx, valid, bc) for s in u.src))
         raise NotImplementedError(f"rangeify: no rule for {u.op}")
+
+
+def _moves_with_reduce(idx: Index) -> bool:
+    """Does an index vary with a reduction's range (the node is read inside a sum of this kernel)?"""
+    return any(n.op is Ops.RANGE and n.arg[1] == "reduce" for e in idx for n in e.toposort())
 
 
 def recomputed_inside_reduction(u: UOp, idx: Index, valid: UOp | None) -> bool:

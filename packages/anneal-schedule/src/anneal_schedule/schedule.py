@@ -16,7 +16,8 @@ from anneal_ir import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes, gr
 from anneal_ir.sint import record_bind, render_size, sint, variables
 from anneal_schedule.analysis import fusable_reductions
 from anneal_schedule.gather import fold_gathers
-from anneal_schedule.rangeify import KernelBuilder, NeedsRealize
+from anneal_schedule.heuristic import TILE_ROWS
+from anneal_schedule.rangeify import MOVEMENT, KernelBuilder, NeedsRealize, broadcasts
 from anneal_schedule.simplify import simplify_kernel
 from anneal_schedule.split import split_reductions
 
@@ -172,7 +173,9 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         raise ScheduleError(f"a backend that binds {max_buffers} buffer(s) per kernel cannot run kernels")
     consumers = _consumers(sink)
     parents: dict[UOp, list[UOp]] = {}
+    position: dict[UOp, int] = {}  # each node's place in a topological order: sources first
     for node in sink.toposort():
+        position[node] = len(position)
         for src in set(node.src):
             parents.setdefault(src, []).append(node)
     split: set[UOp] = set()  # fused nodes given their own kernel to respect max_buffers
@@ -186,8 +189,8 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         if node.op is Ops.BUFFER:
             slot_of[node] = node.arg.index
 
-    def must_realize(u: UOp, through_broadcast: bool) -> str | None:
-        """Why u needs a kernel of its own rather than being computed inside its reader's (None: it doesn't)."""
+    def must_realize(u: UOp, through_broadcast: bool, inside_reduction: bool, root: UOp) -> str | None:
+        """Why u needs a kernel of its own rather than being computed inside root's (None: it doesn't)."""
         if u.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
             return f"{u.op.name.lower()}: asked for"
         if u in split:
@@ -197,11 +200,26 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
                 return "a reduction read through a broadcast that the reader's kernel cannot keep"
             if through_broadcast and _trivial(u):
                 return "a reduction over size-1 axes read through a broadcast"
-            return f"a reduction read by {consumers[u]} nodes" if consumers[u] > 1 else None
-        if consumers[u] > 1 and u.op in GroupOp.ALU and u.dtype != dtypes.bool and _expensive(u):
-            # an expensive elementwise chain read by several consumers is computed once, not in each of them (not a
-            # mask: its readers each recompute it, a dropout mask is never a buffer)
+            if through_broadcast or inside_reduction or root not in position:  # (not in it: an assign's staged copy)
+                return f"a reduction read by {consumers[u]} nodes" if consumers[u] > 1 else None
+            # read at the kernel's own index: fused (its readers are the kernel's epilogue) where no other kernel
+            # reads it, however many nodes of this one do (a GELU's backward reads its upstream gradient twice)
+            if _private(u, root, parents, position):
+                return None
+            return "a reduction read outside this kernel too: computed once"
+        if u.op not in GroupOp.ALU or u.dtype == dtypes.bool:
+            return None  # (not a mask: its readers each recompute it, a dropout mask is never a buffer)
+        if consumers[u] > 1 and _expensive(u):
+            # an expensive elementwise chain read by several consumers is computed once, not in each of them
             return f"over {RECOMPUTE_LIMIT} ALU ops read by {consumers[u]} nodes: computed once"
+        if (_expensive(u, STAGED_RECOMPUTE_LIMIT) and _staged_again(u, parents)
+                and _epilogue(u, parents, position)):  # fmt: skip
+            # the contractions that stage it would compute it once per tile of their other operand; as the epilogue
+            # of the contraction it reads, it is stored instead of that contraction's output (no more memory)
+            return (
+                f"over {STAGED_RECOMPUTE_LIMIT} ALU ops staged again by contractions: computed once, the epilogue "
+                "of the contraction it reads"
+            )
         return None
 
     def materialized(u: UOp) -> int | None:
@@ -214,7 +232,7 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
     def build(root: UOp, out_slot: Callable[[], int]) -> KernelBuilder:
         """Build root's kernel; whatever it needs first is realized (and numbered) before it."""
         while True:
-            builder = KernelBuilder(root, materialized, must_realize)
+            builder = KernelBuilder(root, materialized, lambda u, bc, inside: must_realize(u, bc, inside, root))
             try:
                 builder.ast = builder.build(out_slot())
             except NeedsRealize as need:
@@ -313,6 +331,84 @@ def _shared(root: UOp, builder: KernelBuilder, parents: dict[UOp, list[UOp]]) ->
     return out
 
 
+def _private(u: UOp, root: UOp, parents: dict[UOp, list[UOp]], position: dict[UOp, int]) -> bool:
+    """Does every path from u to the graph's outputs pass through root (only root's kernel would compute u)? A node
+    after root in topological order is not under root: a path reaching one has left root's graph."""
+    if root not in position:
+        return False
+    stack, seen = [u], set()
+    while stack:
+        n = stack.pop()
+        if n is root or n in seen:
+            continue
+        seen.add(n)
+        users = parents.get(n, [])
+        if not users or any(position[p] > position[root] for p in users):
+            return False
+        stack.extend(users)
+    return True
+
+
+def _readers(u: UOp, parents: dict[UOp, list[UOp]]) -> set[tuple[UOp, int]]:
+    """The nodes that read u through movement ops only (views of it), each with how many times over the view repeats
+    each element of u (the product of the dimensions its expands broadcast; 1 where none does)."""
+    out: set[tuple[UOp, int]] = set()
+    stack, seen = [(u, 1)], set()
+    while stack:
+        n, repeats = stack.pop()
+        if (n, repeats) in seen:
+            continue
+        seen.add((n, repeats))
+        for p in parents.get(n, []):
+            if p.op in MOVEMENT:
+                stack.append((p, repeats * _repeats(p)))
+            else:
+                out.add((p, repeats))
+    return out
+
+
+def _repeats(u: UOp) -> int:
+    """How many times over an expand reads each element of its source (1 for other movement ops; symbolic sizes
+    count as 1)."""
+    if not broadcasts(u):
+        return 1
+    src = u.src[0].shape
+    assert src is not None
+    out = 1
+    for s, d in zip(src, u.arg):
+        if s != d and isinstance(d, int):
+            out *= d
+    return out
+
+
+def _staged_again(u: UOp, parents: dict[UOp, list[UOp]]) -> bool:
+    """Would the contractions that read u compute it again and again? u is several nodes' operand, and some sum of
+    products reads it broadcast over more than one tile's columns (TILE_ROWS): a tiled kernel computes a staged
+    operand once per element of every tile, once per tile of the other operand."""
+    readers = _readers(u, parents)
+    return len(readers) > 1 and any(
+        repeats > TILE_ROWS and r.op is Ops.MUL and any(q.op is Ops.REDUCE_AXIS and q.arg[0] is Ops.ADD
+                                                       for q, _ in _readers(r, parents))
+        for r, repeats in readers
+    )  # fmt: skip
+
+
+def _epilogue(u: UOp, parents: dict[UOp, list[UOp]], position: dict[UOp, int]) -> bool:
+    """Does u read, elementwise, a reduction that only u's kernel would compute (so u can be its epilogue)?"""
+    stack, seen = [u], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for s in n.src:
+            if s.op is Ops.REDUCE_AXIS and _private(s, u, parents, position):
+                return True
+            if s.op in GroupOp.ALU or (s.op in MOVEMENT and not broadcasts(s)):
+                stack.append(s)
+    return False
+
+
 def _trivial(u: UOp) -> bool:
     """A reduction over size-1 axes only: a copy. Read through a broadcast, it stays its own kernel, as
     before row kernels: fused, WGSL compilers may fold x - mean(x) to 0 (they may assume finite math),
@@ -323,6 +419,9 @@ def _trivial(u: UOp) -> bool:
 
 
 RECOMPUTE_LIMIT = 24  # ALU ops an elementwise chain may have and still be recomputed by each reader
+# ... and still be recomputed by each reader when one of them is a contraction staging it, once per tile of the other
+# operand: a GELU's backward (14) was computed six times per element in nanogpt's MLP gradients
+STAGED_RECOMPUTE_LIMIT = 8
 # ALU ops a primitive expanded late stands for (anneal_schedule.decompose): a random draw is 20 Threefry rounds
 # (~100 integer ops), erf a short polynomial. Counted as one op, a dropout's output was recomputed inside every
 # contraction that reads it, once per staged element of every tile (nanogpt's split-K weight gradients).
