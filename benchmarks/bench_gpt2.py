@@ -26,12 +26,12 @@ from anneal_models import gpt2
 SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257}
 
 
-def anneal_step(device: str, steps: int, profile: bool) -> tuple[float, float]:
+def anneal_step(device: str, steps: int, profile: bool, dump: str | None = None) -> tuple[float, float]:
     config = {**gpt2.DEFAULTS, "init": "random", "batch": 4, "block": 1024, "steps": steps + 3, "eval_every": 0}
     trainer = gpt2.build(config, device)
     first, ms = time_steps(trainer, steps)
     if profile:
-        print_slowest(profile_replay(device, trainer.jit.captured, lambda: trainer.step(steps + 2)), top=16)
+        print_slowest(profile_replay(device, trainer.jit.captured, lambda: trainer.step(steps + 2)), top=24, dump=dump)
     return first, ms / steps
 
 
@@ -98,12 +98,13 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--skip-step", action="store_true", help="Only sampling (the step is slow on a laptop CPU).")
     p.add_argument("--profile", action="store_true", help="the slowest kernels of a step and of a decode step")
+    p.add_argument("--dump", default=None, help="with --profile: write the step's slowest kernels' sources here")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if not args.skip_step:
         ms_torch = torch_step(args.torch_device, args.steps)
-        first, ms_anneal = anneal_step(args.device, args.steps, args.profile)
+        first, ms_anneal = anneal_step(args.device, args.steps, args.profile, args.dump)
         print(f"gpt2 124M fine-tune step (batch 4 x 1024): torch {args.torch_device} {ms_torch:.1f} ms, anneal "
               f"{args.device} {ms_anneal:.1f} ms (first step {first:.1f} s); ratio {ms_anneal / ms_torch:.2f}x",
               flush=True)  # fmt: skip

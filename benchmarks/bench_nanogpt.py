@@ -124,7 +124,7 @@ def kernel_class(k: KernelTime, attention_batch: int) -> str:
     return "elementwise"
 
 
-def kernel_classes(trainer: object, device: str, step: int, attention_batch: int) -> None:
+def kernel_classes(trainer: object, device: str, step: int, attention_batch: int, dump: str | None = None) -> None:
     """GPU time of one jit-replayed step by kernel class (timestamp queries), and each class's slowest kernels."""
     profile = profile_replay(device, trainer.jit.captured, lambda: trainer.step(step))  # type: ignore[attr-defined]
     if profile is None:
@@ -142,6 +142,8 @@ def kernel_classes(trainer: object, device: str, step: int, attention_batch: int
     for name, ks in classes.items():
         print(f"  slowest {name}:")
         print_slowest(Profile(0.0, ks), top=4, indent="  ", width=150, summary=False)
+    print("  slowest of all:")
+    print_slowest(profile, top=24, indent="  ", width=150, summary=False, dump=dump)
 
 
 def step_flops(config: dict, vocab: int) -> float:
@@ -177,6 +179,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (anneal, then torch)")
     p.add_argument("--train", action="store_true", help="run the preset's whole training and report val loss")
     p.add_argument("--profile", action="store_true", help="GPU time by kernel class and MFU (timestamp queries)")
+    p.add_argument("--dump", default=None, help="with --profile: write the slowest kernels' sources here")
     p.add_argument("--data", default=None, help="tinyshakespeare's input.txt (default: the cache)")
     args = p.parse_args()
     config = {**nanogpt.DEFAULTS, **nanogpt.PRESETS[args.preset], **({"data": args.data} if args.data else {})}
@@ -197,7 +200,7 @@ def main() -> None:
     ours, theirs = (statistics.median(r[i] for r in rounds) for i in (0, 1))
     ratios = sorted(a / b for a, b in rounds)
     if args.profile:
-        kernel_classes(trainer, args.device, 2 + args.steps * args.rounds, config["batch"] * config["heads"])
+        kernel_classes(trainer, args.device, 2 + args.steps * args.rounds, config["batch"] * config["heads"], args.dump)
         flops = step_flops(config, vocab)
         print(f"MFU (fp32 peak {FP32_PEAK / 1e12:.1f} TFLOP/s): anneal {flops / ours / FP32_PEAK:.1%}, "
               f"torch {flops / theirs / FP32_PEAK:.1%}")  # fmt: skip

@@ -44,12 +44,14 @@ def generated_cifar(n: int, seed: int = 0) -> images.ImageSet:
     return images.ImageSet("cifar10-shaped", x, y, xt, yt, images.CIFAR_CLASSES, flips=True)
 
 
-def anneal_epoch(config: dict, device: str, data: images.ImageSet, profile: bool = False) -> tuple[float, float, int]:
+def anneal_epoch(
+    config: dict, device: str, data: images.ImageSet, profile: bool = False, dump: str | None = None
+) -> tuple[float, float, int]:
     trainer = resnet9.build(config, device, data=data)
     first, ms = time_steps(trainer, trainer.steps_per_epoch)
     if profile:
         step = trainer.steps_per_epoch + 2
-        print_slowest(profile_replay(device, trainer.jit.captured, lambda: trainer.step(step)), top=12)
+        print_slowest(profile_replay(device, trainer.jit.captured, lambda: trainer.step(step)), top=24, dump=dump)
     return first, ms, trainer.steps_per_epoch
 
 
@@ -89,6 +91,7 @@ def main() -> None:
     p.add_argument("--images", type=int, default=50_000)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--profile", action="store_true", help="one step's GPU time and slowest kernels (timestamps)")
+    p.add_argument("--dump", default=None, help="with --profile: write the slowest kernels' sources here")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -101,7 +104,7 @@ def main() -> None:
     t_torch, steps = torch_epoch(config, args.torch_device, data)
     print(f"torch {args.torch_device}: {t_torch:.0f} ms/epoch ({steps} steps, {t_torch / steps:.1f} ms/step)",
           flush=True)  # fmt: skip
-    first, t_anneal, steps = anneal_epoch(config, args.device, data, args.profile)
+    first, t_anneal, steps = anneal_epoch(config, args.device, data, args.profile, args.dump)
     print(f"anneal {args.device}: first step {first:.2f} s; {t_anneal:.0f} ms/epoch ({t_anneal / steps:.1f} ms/step)")
     print(f"ratio anneal/torch: {t_anneal / t_torch:.2f}x")
     print(f"projected time to 94% ({EPOCHS_TO_94} epochs): anneal {EPOCHS_TO_94 * t_anneal / 1000:.1f} s, torch "
