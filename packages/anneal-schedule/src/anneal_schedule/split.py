@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 
-from anneal_ir import Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from anneal_ir import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
+from anneal_ir.sint import as_size
+from anneal_schedule.rangeify import INDEX, MOVEMENT, Index
 
 MIN_SLICE = 256  # elements a partial sum keeps at least
 MIN_WORK = 1 << 16  # elements a reduction reads before a second kernel is worth launching
@@ -40,8 +42,8 @@ def _plan(x: UOp, parallel: int) -> int:
     axes = x.arg[1]
     k = math.prod(shape[a] for a in axes)
     outputs = math.prod(d for i, d in enumerate(shape) if i not in axes)
-    if _selects_one(src):
-        return 1  # a sum over a one-hot is a load in its kernel (anneal_schedule.gather): no sum is left to split
+    if _gathers(src, axes):
+        return 1  # a sum over a one-hot's classes is a load in its kernel (anneal_schedule.gather): nothing to split
     units = max(1, outputs // TILE) if _product(src) else outputs  # workgroups the kernel would have
     if units >= parallel or k < 2 * MIN_SLICE or outputs * k < MIN_WORK:
         return 1
@@ -53,17 +55,47 @@ def _plan(x: UOp, parallel: int) -> int:
     return s
 
 
-def _selects_one(u: UOp) -> bool:
-    """Is u a product with a factor (under movement ops) that is a comparison for equality as a number or a
-    select: an embedding's one-hot, whose sum the gather rule turns into a load once the kernel is formed?"""
-    if u.op is not Ops.MUL:
+def _gathers(u: UOp, axes: tuple[int, ...]) -> bool:
+    """Is u a product with a factor (under movement ops) that is a comparison for equality as a number or a select,
+    summed over the classes it compares with (an embedding's one-hot: the gather rule turns that sum into a load
+    once the kernel is formed)? Not when the sum runs over what it compares (the embedding's gradient: a sum over
+    tokens, which may be split like any other)."""
+    if u.op is not Ops.MUL or u.shape is None or not all(isinstance(d, int) for d in u.shape):
         return False
+    idx = tuple(UOp(Ops.RANGE, INDEX, (as_size(d),), (i, "reduce" if i in axes else "global")) for i, d in
+                enumerate(u.shape))  # fmt: skip
+    reduced = {r for i, r in enumerate(idx) if i in axes}
     for f in u.src:
-        while f.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND):
-            f = f.src[0]
-        if (f.op is Ops.CAST and f.src[0].op is Ops.CMPEQ) or (f.op is Ops.WHERE and f.src[0].op is Ops.CMPEQ):
-            return True
+        f, at = _through_views(f, idx)
+        cmp = f.src[0] if f.op in (Ops.CAST, Ops.WHERE) else None
+        if cmp is None or cmp.op is not Ops.CMPEQ:
+            continue
+        data = [s for s in cmp.src if any(n.op is Ops.BUFFER for n in s.toposort())]
+        return not any(_read_along(s, at) & reduced for s in data)  # the classes are what is reduced
     return False
+
+
+def _through_views(u: UOp, idx: Index) -> tuple[UOp, Index]:
+    """u under its movement ops, and the index it is read at."""
+    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND):
+        idx, _ = MOVEMENT[u.op](u, idx)
+        u = u.src[0]
+    return u, idx
+
+
+def _read_along(u: UOp, idx: Index) -> set[UOp]:
+    """The ranges of idx that the buffers under u are read along (every range of idx where u is not elementwise
+    over views of buffers)."""
+    if u.op is Ops.BUFFER:
+        return {n for e in idx for n in e.toposort() if n.op is Ops.RANGE}
+    if u.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR):
+        return set()
+    if u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND):
+        v, at = _through_views(u, idx)
+        return _read_along(v, at)
+    if u.op in GroupOp.Elementwise:
+        return set().union(*(_read_along(s, idx) for s in u.src))
+    return {n for e in idx for n in e.toposort() if n.op is Ops.RANGE}
 
 
 def _product(u: UOp) -> bool:
