@@ -191,3 +191,76 @@ def test_adam_step_kernel_counts() -> None:
     # the parameters the step overwrites), one the second layer's weight gradient, which the two moments and the live
     # loss read (16 before: each of the three computed that contraction again); unfused: one kernel per op
     assert (fused, unfused) == (17, 70)
+
+
+def _kernels_of(outputs: list[Tensor], device: str = "cpu") -> list:
+    sched, _ = runner(device).scheduler.schedule([o.uop for o in outputs])
+    return list(sched.kernels)
+
+
+def _ops_in(kernel: object) -> set[str]:
+    return {n.op.name for n in kernel.ast.toposort()}  # type: ignore[attr-defined]
+
+
+def _stored_size(kernel: object) -> int:
+    store = next(n for n in kernel.ast.toposort() if n.op.name == "STORE")  # type: ignore[attr-defined]
+    return int(store.src[1].vmax) + 1
+
+
+def test_gelu_backward_is_the_epilogue_of_the_contraction_it_reads() -> None:
+    import torch
+
+    # x @ w1 -> gelu -> @ w2; the GELU's backward (dZ = dH * gelu'(z)) is read by both gradients of the first layer,
+    # broadcast over 256 > a tile's 128 columns: stored once by the kernel computing dH, not recomputed per tile
+    x, w1, w2, g = t(48, 256), t(256, 512), t(512, 200), t(48, 200)
+    for p in (x, w1, w2):
+        p.requires_grad = True
+    ((x @ w1).gelu() @ w2 * g).sum().backward()
+    kernels = _kernels_of([x.grad, w1.grad, w2.grad])
+    by_size = {_stored_size(k): k for k in kernels}
+    assert "ERF" not in _ops_in(by_size[48 * 256]) and "ERF" not in _ops_in(by_size[256 * 512])  # dX, dW1
+    epilogue = [k for k in kernels if {"ERF", "REDUCE"} <= _ops_in(k) and _stored_size(k) == 48 * 512]
+    assert len(epilogue) == 1  # dZ: the contraction dH = g @ w2^T, then the GELU's backward
+    tx, tw1, tw2 = (torch.tensor(p.numpy(), requires_grad=True) for p in (x, w1, w2))
+    (torch.nn.functional.gelu(tx @ tw1) @ tw2 * torch.tensor(g.numpy())).sum().backward()
+    for ours, theirs in ((x, tx), (w1, tw1), (w2, tw2)):
+        want = theirs.grad.numpy()  # sums of hundreds of products: float32 error relative to the largest value
+        np.testing.assert_allclose(ours.grad.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_reduction_read_by_two_kernels_is_computed_once() -> None:
+    # the contraction's one reader (its scaling) is read by the kernels of u and v: before, each of them computed the
+    # whole contraction again
+    a, b = t(32, 64), t(64, 16)
+    scaled = (a @ b) * 0.5
+    u, v = scaled.exp(), scaled.square()
+    kernels = _kernels_of([u, v])
+    contractions = [k for k in kernels if sum(n.op.name == "REDUCE" for n in k.ast.toposort()) == 1 and
+                    _stored_size(k) == 32 * 16]  # fmt: skip
+    assert len(kernels) == 3 and len(contractions) == 1
+    ref = a.numpy() @ b.numpy() * 0.5
+    np.testing.assert_allclose(u.numpy(), np.exp(ref), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(v.numpy(), ref**2, rtol=1e-4, atol=1e-4)
+
+
+def test_an_embedding_gradient_is_split_over_tokens_but_its_lookup_stays_a_load() -> None:
+    from anneal import nn
+    from anneal_schedule.split import split_reductions  # noqa: F401 - the rule under test
+
+    vocab, dim, tokens = 65, 64, 8192
+    ids = rng.integers(0, vocab, tokens)
+    emb = nn.Embedding(vocab, dim, device="webgpu")
+    x = Tensor(ids, device="webgpu")
+    g = rng.standard_normal((tokens, dim)).astype(np.float32)
+    out = emb(x)
+    (out * Tensor(g, device="webgpu")).sum().backward()
+    kernels = _kernels_of([emb.weight.grad, out], "webgpu")
+    # the gradient: partial sums over slices of tokens, then their sum; the lookup: no sum at all
+    sizes = sorted(_stored_size(k) for k in kernels)
+    assert len(kernels) == 3 and sizes[0] == vocab * dim and sizes[1] > vocab * dim, sizes
+    lookup = next(k for k in kernels if _stored_size(k) == tokens * dim)
+    assert "REDUCE" not in _ops_in(lookup)
+    ref = np.zeros((vocab, dim), np.float32)
+    np.add.at(ref, ids, g)
+    np.testing.assert_allclose(emb.weight.grad.numpy(), ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.numpy(), emb.weight.numpy()[ids])
