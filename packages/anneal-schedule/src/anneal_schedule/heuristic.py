@@ -200,6 +200,11 @@ def _contiguous_along(operand: UOp, r: UOp) -> bool:
     return bool(varying) and all(a[0][r] == 1 for a in varying)
 
 
+# k values of a staged step unrolled in one piece: on an H100 a hand-written 64x128 tile ran 4096^3 at 38.2 TFLOP/s
+# with its 16-deep step unrolled whole, 32.6 as a loop of four (benchmarks/wgsl_matmul_ceiling.py, RESULTS.md)
+UNROLLED_K = 16
+
+
 def _tile_depth(k: UOp, tk: int) -> int:
     """The k step of a tile: tk, or a smaller multiple of 4 dividing k's extent (no ragged last step), leaving at
     least two steps (a k of exactly tk would be unrolled whole, leaving no loop for INNER to split)."""
@@ -211,12 +216,13 @@ def _tile_depth(k: UOp, tk: int) -> int:
 
 
 def tile_opts(c: Contraction, limits: Limits, tm: int, tn: int, tk: int, rm: int, rn: int,
-              vec: bool = True) -> tuple[Opt, ...] | None:  # fmt: skip
+              vec: bool = True, piece: int = UNROLLED_K) -> tuple[Opt, ...] | None:  # fmt: skip
     """TM x TN outputs per workgroup, RM x RN per invocation, TK-deep k steps, both operands staged.
 
     An invocation's rows are strided (row l + i * TM/RM), so neighbouring invocations read neighbouring
     words of a tile, unless the first operand is contiguous along its rows (a transposed X^T): then each
-    invocation owns RM consecutive rows, read four at a time. The k step is a loop of four unrolled values."""
+    invocation owns RM consecutive rows, read four at a time. A k step is unrolled `piece` values at a time (a
+    loop of pieces where it is deeper); a step that may skip a sparse operand's zero tiles, four at a time."""
     m, n, k = c.m[-1], c.n[-1], c.k[-1]
     # columns as vec4 lanes: a ragged extent (GPT-2's 50257 tokens) too, its last quad guarded lane by lane
     lanes = vec and rn % 4 == 0 and (vectorizable(n) or (const_extent(n) or 0) >= tn)
@@ -237,14 +243,17 @@ def tile_opts(c: Contraction, limits: Limits, tm: int, tn: int, tk: int, rm: int
     rows = [Opt(OptOps.LOCAL, m.arg[0], tm // rm)] + ([Opt(OptOps.UPCAST, m.arg[0], rm)] if rm > 1 else [])
     opts += list(reversed(rows)) if rm % 4 == 0 and _contiguous_along(c.a, m) else rows
     depth = _tile_depth(k, tk) if const_extent(k) is not None else 1
-    inner = depth > 4 and depth % 4 == 0
-    if depth > 1 and extent(k) > 1:
+    stepped = depth > 1 and extent(k) > 1
+    sparse = [axis for axis in (0, 1) if _sparse(c, axis, tm if axis == 0 else tn)] if stepped else []
+    piece = 4 if sparse else piece  # SKIP leaves out the loop of pieces
+    inner = stepped and depth > piece and depth % piece == 0
+    if stepped:
         opts.append(Opt(OptOps.UNROLL, k.arg[0], depth))
         if inner:
-            opts.append(Opt(OptOps.INNER, k.arg[0], 4))
+            opts.append(Opt(OptOps.INNER, k.arg[0], piece))
     opts += [Opt(OptOps.STAGE, 0), Opt(OptOps.STAGE, 1)]
-    if inner and depth > 1 and extent(k) > 1:
-        opts += [Opt(OptOps.SKIP, axis) for axis in (0, 1) if _sparse(c, axis, tm if axis == 0 else tn)]
+    if inner:
+        opts += [Opt(OptOps.SKIP, axis) for axis in sparse]
     return tuple(opts)
 
 
@@ -299,11 +308,12 @@ def contraction_opts(ast: UOp, limits: Limits) -> tuple[Opt, ...] | None:
         return None
     outputs = math.prod(extent(r) for r in global_ranges(ranges_of(ast)))
     big = extent(m) >= 128 and extent(n) >= 128 and outputs >= (1 << 20)
-    # on an H200, 64x128x32 with an 8x8 register tile (two vec4s of columns, 128 invocations) was first or second of
+    # on an H200, 64x128 with an 8x8 register tile (two vec4s of columns, 128 invocations) was first or second of
     # 135 candidates for 4096^3 and nanogpt's linear layers, 5-13% ahead of the 8x4 tile (RESULTS.md, session 16);
-    # 32-wide tiles for narrow operands (the 27 columns of a 3-channel convolution's weight gradient)
+    # 16 deep and unrolled whole, the hand-written tile was fastest on an H100 (UNROLLED_K); 32-wide tiles for
+    # narrow operands (the 27 columns of a 3-channel convolution's weight gradient)
     tiles = (
-        ((64, 128, 32, 8, 8), (64, 128, 32, 8, 4), (64, 64, 16, 4, 4))
+        ((64, 128, 16, 8, 8), (64, 128, 16, 8, 4), (64, 64, 16, 4, 4))
         if big
         else ((64, 64, 16, 4, 4), (32, 64, 16, 4, 4), (64, 32, 16, 4, 4), (32, 32, 16, 4, 4))
     )
@@ -382,11 +392,11 @@ def candidate_opts(ast: UOp, limits: Limits) -> list[tuple[Opt, ...]]:
         joins, c = found_c
         for tm, tn in ((64, 64), (128, 128), (128, 64), (64, 128), (32, 64)):
             for tk in (8, 16, 32):
-                for rm, rn in ((4, 4), (8, 8), (8, 4), (4, 8)):
+                for rm, rn in ((4, 4), (8, 8), (8, 4), (4, 8), (16, 8), (8, 16)):
                     if (tm // rm) * (tn // rn) < 32:
                         continue
-                    for vec in (True, False):
-                        found = tile_opts(c, limits, tm, tn, tk, rm, rn, vec)
+                    for vec, piece in ((True, UNROLLED_K), (False, UNROLLED_K), (True, 4)):
+                        found = tile_opts(c, limits, tm, tn, tk, rm, rn, vec, piece)
                         if found is not None:
                             out.append(joins + found)
     if any(n.op is Ops.REDUCE for n in deps):
