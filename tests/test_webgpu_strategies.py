@@ -111,3 +111,35 @@ def test_convolution_gradients_are_tiled(c_in: int, c_out: int, size: int) -> No
     assert len(tiles) >= (3 if c_in >= 16 else 1), tiles  # forward, input and weight gradients
     if c_in >= 16:
         assert sum("JOIN" in s for s in tiles) >= 2, tiles  # the forward's and the input gradient's rows
+
+
+def _kernels_of(outputs: list[Tensor]) -> list:
+    sched, _ = runner("webgpu").scheduler.schedule([o.uop for o in outputs])
+    return list(sched.kernels)
+
+
+def _stored_size(kernel: object) -> int:
+    store = next(n for n in kernel.ast.toposort() if n.op.name == "STORE")  # type: ignore[attr-defined]
+    return int(store.src[1].vmax) + 1
+
+
+def test_an_embedding_gradient_is_split_over_tokens_but_its_lookup_stays_a_load() -> None:
+    from anneal import nn
+
+    vocab, dim, tokens = 65, 64, 8192
+    ids = rng.integers(0, vocab, tokens)
+    emb = nn.Embedding(vocab, dim, device="webgpu")
+    x = Tensor(ids, device="webgpu")
+    g = rng.standard_normal((tokens, dim)).astype(np.float32)
+    out = emb(x)
+    (out * Tensor(g, device="webgpu")).sum().backward()
+    kernels = _kernels_of([emb.weight.grad, out])
+    # the gradient: partial sums over slices of tokens, then their sum; the lookup: no sum at all
+    sizes = sorted(_stored_size(k) for k in kernels)
+    assert len(kernels) == 3 and sizes[0] == vocab * dim and sizes[1] > vocab * dim, sizes
+    lookup = next(k for k in kernels if _stored_size(k) == tokens * dim)
+    assert "REDUCE" not in {n.op.name for n in lookup.ast.toposort()}
+    ref = np.zeros((vocab, dim), np.float32)
+    np.add.at(ref, ids, g)
+    np.testing.assert_allclose(emb.weight.grad.numpy(), ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.numpy(), emb.weight.numpy()[ids])
