@@ -153,7 +153,7 @@ class KernelBuilder:
 
     root: UOp
     materialized: Callable[[UOp], int | None]  # node -> schedule slot, or None if not (yet) a buffer
-    # (node, read through a broadcast, inside a reduction of this kernel) -> why it needs a kernel of its own
+    # (node, read through a broadcast, a reduction read inside a sum of this kernel) -> why it needs a kernel of its own
     must_realize: Callable[[UOp, bool, bool], str | None]
     slots: list[int] = field(default_factory=list)  # DEFINE_GLOBAL i reads/writes schedule slot slots[i]
     n_ranges: int = 0
@@ -198,7 +198,9 @@ class KernelBuilder:
     def _lower(self, u: UOp, idx: Index, valid: UOp | None, bc: bool, is_root: bool) -> UOp:
         if not is_root or u.op is Ops.BUFFER:  # a buffer is always read, even as the whole value
             slot = self.materialized(u)
-            why = self.must_realize(u, bc, _moves_with_reduce(idx)) if slot is None else None
+            # read inside a sum of this kernel: asked of reductions only, whose fusion alone depends on it
+            inside = u.op is Ops.REDUCE_AXIS and slot is None and _moves_with_reduce(idx)
+            why = self.must_realize(u, bc, inside) if slot is None else None
             if why is not None:
                 raise NeedsRealize(u, why)
             if slot is not None:

@@ -179,6 +179,7 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         for src in set(node.src):
             parents.setdefault(src, []).append(node)
     split: set[UOp] = set()  # fused nodes given their own kernel to respect max_buffers
+    recompute_verdicts: dict[UOp, str | None] = {}
     unfused: set[UOp] = set()  # reductions read through a broadcast that their reader's kernel cannot keep
     slot_of: dict[UOp, int] = {}
     buffers: list[tuple[sint, DType]] = []
@@ -209,6 +210,12 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
             return "a reduction read outside this kernel too: computed once"
         if u.op not in GroupOp.ALU or u.dtype == dtypes.bool:
             return None  # (not a mask: its readers each recompute it, a dropout mask is never a buffer)
+        if u not in recompute_verdicts:  # asked once per reader of u in every kernel built: decided once
+            recompute_verdicts[u] = computed_once(u)
+        return recompute_verdicts[u]
+
+    def computed_once(u: UOp) -> str | None:
+        """Why the elementwise chain u is computed once rather than inside each reader (a property of u alone)."""
         if consumers[u] > 1 and _expensive(u):
             # an expensive elementwise chain read by several consumers is computed once, not in each of them
             return f"over {RECOMPUTE_LIMIT} ALU ops read by {consumers[u]} nodes: computed once"
