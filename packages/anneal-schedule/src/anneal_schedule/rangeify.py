@@ -198,13 +198,12 @@ class KernelBuilder:
     def _lower(self, u: UOp, idx: Index, valid: UOp | None, bc: bool, is_root: bool) -> UOp:
         if not is_root or u.op is Ops.BUFFER:  # a buffer is always read, even as the whole value
             slot = self.materialized(u)
-            # read inside a sum of this kernel: asked of reductions only, whose fusion alone depends on it
-            inside = u.op is Ops.REDUCE_AXIS and slot is None and _moves_with_reduce(idx)
-            why = self.must_realize(u, bc, inside) if slot is None else None
-            if why is not None:
-                raise NeedsRealize(u, why)
             if slot is not None:
                 return self.load(slot, u, idx, valid)
+            # read inside a sum of this kernel: asked of reductions only, whose fusion alone depends on it
+            why = self.must_realize(u, bc, u.op is Ops.REDUCE_AXIS and _moves_with_reduce(idx))
+            if why is not None:
+                raise NeedsRealize(u, why)
         self.fused.add(u)
         if u.op is Ops.CONST:
             return u

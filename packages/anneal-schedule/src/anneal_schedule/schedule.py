@@ -7,6 +7,7 @@ bound to this call's buffers.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -179,7 +180,6 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         for src in set(node.src):
             parents.setdefault(src, []).append(node)
     split: set[UOp] = set()  # fused nodes given their own kernel to respect max_buffers
-    recompute_verdicts: dict[UOp, str | None] = {}
     unfused: set[UOp] = set()  # reductions read through a broadcast that their reader's kernel cannot keep
     slot_of: dict[UOp, int] = {}
     buffers: list[tuple[sint, DType]] = []
@@ -210,10 +210,9 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
             return "a reduction read outside this kernel too: computed once"
         if u.op not in GroupOp.ALU or u.dtype == dtypes.bool:
             return None  # (not a mask: its readers each recompute it, a dropout mask is never a buffer)
-        if u not in recompute_verdicts:  # asked once per reader of u in every kernel built: decided once
-            recompute_verdicts[u] = computed_once(u)
-        return recompute_verdicts[u]
+        return computed_once(u)
 
+    @functools.cache  # asked once per reader of u in every kernel built: decided once per schedule
     def computed_once(u: UOp) -> str | None:
         """Why the elementwise chain u is computed once rather than inside each reader (a property of u alone)."""
         if consumers[u] > 1 and _expensive(u):
