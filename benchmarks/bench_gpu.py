@@ -390,7 +390,7 @@ def _conv(relu: bool) -> Callable[[dict, str], object]:
     return build
 
 
-def model_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
+def model_cases(quick: bool, do_sweep: bool = False, named: str = "") -> list[dict]:
     rows = 4096 if quick else 16384
     qkv = {"q": (64, 6, 256, 64), "k": (64, 6, 256, 64), "v": (64, 6, 256, 64)}
     cases = [  # (name, step, input shapes, float operations)
@@ -402,25 +402,19 @@ def model_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
         ("GPT-2 tied head fwd+bwd", _tied_head, {"x": (rows // 4, 768), "w": (50257, 768)},
          3 * 2 * (rows // 4) * 768 * 50257),
     ]  # fmt: skip
-    return [fwd_bwd(name, fn, shapes, work, do_sweep=do_sweep) for name, fn, shapes, work in cases]
+    return [fwd_bwd(name, fn, shapes, work, do_sweep=do_sweep) for name, fn, shapes, work in cases if named in name]
 
 
-def conv_cases(quick: bool, do_sweep: bool = False) -> list[dict]:
+def conv_cases(quick: bool, do_sweep: bool = False, named: str = "") -> list[dict]:
     batch = 128 if quick else 512
-    out = [
-        fwd_bwd(
-            "conv3x3+relu 3->64 fwd+bwd",
-            _conv(True),
-            {"x": (batch, 3, 32, 32), "w": (64, 3, 3, 3)},
-            3 * 2 * batch * 64 * 32 * 32 * 27,
-            do_sweep=do_sweep,
-        ),  # fmt: skip
-    ]
+    cases = [("conv3x3+relu 3->64 fwd+bwd", _conv(True), {"x": (batch, 3, 32, 32), "w": (64, 3, 3, 3)},
+              3 * 2 * batch * 64 * 32 * 32 * 27, 10)]  # fmt: skip
     for c_in, c_out, size in ((64, 128, 32), (128, 128, 16), (256, 256, 8)):  # ResNet-9's convolutions at batch 512
-        out.append(fwd_bwd(f"conv3x3 {c_in}->{c_out} @{size} fwd+bwd", _conv(False),
-                           {"x": (batch, c_in, size, size), "w": (c_out, c_in, 3, 3)},
-                           3 * 2 * batch * c_out * size * size * c_in * 9, runs=3, do_sweep=do_sweep))  # fmt: skip
-    return out
+        cases.append((f"conv3x3 {c_in}->{c_out} @{size} fwd+bwd", _conv(False),
+                      {"x": (batch, c_in, size, size), "w": (c_out, c_in, 3, 3)},
+                      3 * 2 * batch * c_out * size * size * c_in * 9, 3))  # fmt: skip
+    return [fwd_bwd(name, fn, shapes, work, runs=runs, do_sweep=do_sweep) for name, fn, shapes, work, runs in cases
+            if named in name]  # fmt: skip
 
 
 def host_overhead(kernels: int = 200) -> dict:
@@ -459,6 +453,7 @@ def main() -> None:
     p.add_argument("--sweep", action="store_true", help="time every candidate: matmul, elementwise, softmax, convs")
     cases = "matmul,elementwise,softmax,reductions,overhead,steps,models,convs"
     p.add_argument("--only", default="", help=f"comma-separated cases: {cases}")
+    p.add_argument("--named", default="", help="models and convs: only the cases whose name holds this")
     args = p.parse_args()
     global TORCH
     TORCH = args.torch_device
@@ -481,9 +476,9 @@ def main() -> None:
     if "overhead" in only:
         results.append(host_overhead())
     if "models" in only:
-        results += model_cases(args.quick, args.sweep)
+        results += model_cases(args.quick, args.sweep, args.named)
     if "convs" in only:
-        results += conv_cases(args.quick, args.sweep)
+        results += conv_cases(args.quick, args.sweep, args.named)
     if "steps" in only:
         for model in ("mlp", "conv"):
             results.append(training_step(model))

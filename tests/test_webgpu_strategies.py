@@ -143,3 +143,17 @@ def test_an_embedding_gradient_is_split_over_tokens_but_its_lookup_stays_a_load(
     np.add.at(ref, ids, g)
     np.testing.assert_allclose(emb.weight.grad.numpy(), ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out.numpy(), emb.weight.numpy()[ids])
+
+
+def test_a_lookup_of_tokens_sliced_from_a_window_is_not_split() -> None:
+    # GPT-2's inputs, window[:, :-1]: the lookup reshapes its (2, 64, V) one-hot to (128, V), whose flat index names
+    # the class range c syntactically ((t * V + c) // V); a ragged split over the classes then made it a contraction
+    from anneal import nn
+
+    vocab, dim = 9001, 32
+    window = rng.integers(0, vocab, (2, 65))
+    emb = nn.Embedding(vocab, dim, device="webgpu")
+    out = emb(Tensor(window, device="webgpu")[:, :-1])
+    kernels = _kernels_of([out])
+    assert len(kernels) == 1 and "REDUCE" not in {n.op.name for n in kernels[0].ast.toposort()}
+    np.testing.assert_array_equal(out.numpy(), emb.weight.numpy()[window[:, :-1]])

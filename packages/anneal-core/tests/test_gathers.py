@@ -25,6 +25,16 @@ def one_hot_sums(kernels: list) -> int:
     return sum(fold_one_hot_sum(n) is not None for k in kernels for n in k.ast.toposort() if n.op is Ops.REDUCE)
 
 
+def compared_sums(kernels: list) -> int:
+    """How many sums compare their own range for equality (a one-hot summed, whatever its form)."""
+    return sum(
+        any(c.op is Ops.CMPEQ and any(r in c.toposort() for r in n.src[1:]) for c in n.src[0].toposort())
+        for k in kernels
+        for n in k.ast.toposort()
+        if n.op is Ops.REDUCE
+    )
+
+
 def test_an_embedding_lookup_is_a_load() -> None:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((1000, 16)).astype(np.float32)
@@ -79,3 +89,16 @@ def test_an_index_computed_in_the_kernel_is_gathered() -> None:
     x = np.array([[3, 9, 9, 1], [-5, -2, -7, -2]], np.int64)
     got = Tensor(x, device=DEV).max(1)
     assert got.values.tolist() == [9, -2] and got.indices.tolist() == [1, 1]
+
+
+def test_cross_entropys_gradient_reads_the_picked_class() -> None:
+    # the gradient's sum over the classes of -where(target == class, -1/n, 0) is the picked term: no sum over 5000
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((32, 5000)).astype(np.float32)
+    target = rng.integers(0, 5000, 32)
+    a = Tensor(logits, device=DEV, requires_grad=True)
+    AF.cross_entropy(a, Tensor(target, device=DEV)).backward()
+    assert compared_sums(kernels_of(a.grad)) == 0  # type: ignore[arg-type]
+    t = torch.tensor(logits, requires_grad=True)
+    TF.cross_entropy(t, torch.tensor(target)).backward()
+    np.testing.assert_allclose(a.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-7)  # type: ignore[union-attr]

@@ -50,13 +50,21 @@ def _index_equal_to(clause: UOp, r: UOp) -> UOp | None:
 
 
 def _select(value: UOp) -> tuple[UOp, UOp] | None:
-    """(condition, v) of where(condition, v, 0) or of v * float(condition)."""
+    """(condition, v) of where(condition, v, 0) or of v * float(condition), also under a negation or a product (zero
+    stays zero: cross entropy's gradient sums -where(target == r, -1/n, 0) over the classes r)."""
     if value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].arg == 0:
         return value.src[0], value.src[1]
+    if value.op is Ops.NEG:
+        inner = _select(value.src[0])
+        return None if inner is None else (inner[0], -inner[1])
     if value.op is Ops.MUL:
         for mask, v in (value.src, value.src[::-1]):
             if mask.op is Ops.CAST and mask.src[0].dtype == dtypes.bool:
                 return mask.src[0], v
+        for factor, other in (value.src, value.src[::-1]):
+            inner = _select(factor)
+            if inner is not None:
+                return inner[0], inner[1] * other
     return None
 
 

@@ -25,6 +25,7 @@ import math
 
 from anneal_ir import GroupOp, Ops, PatternMatcher, UOp, UPat, graph_rewrite
 from anneal_ir.sint import as_size
+from anneal_ir.symbolic import simplify
 from anneal_schedule.rangeify import INDEX, MOVEMENT, Index
 
 MIN_SLICE = 256  # elements a partial sum keeps at least
@@ -76,8 +77,9 @@ def _gathers(u: UOp, axes: tuple[int, ...]) -> bool:
 
 
 def _through_views(u: UOp, idx: Index) -> tuple[UOp, Index]:
-    """u under its movement ops, and the index it is read at."""
-    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND):
+    """u under its movement ops, and the index it is read at (a pad's or a shrink's bounds aside: which ranges an
+    index reads along is all that is asked of it)."""
+    while u.op in MOVEMENT:
         idx, _ = MOVEMENT[u.op](u, idx)
         u = u.src[0]
     return u, idx
@@ -86,11 +88,11 @@ def _through_views(u: UOp, idx: Index) -> tuple[UOp, Index]:
 def _read_along(u: UOp, idx: Index) -> set[UOp]:
     """The ranges of idx that the buffers under u are read along (every range of idx where u is not elementwise
     over views of buffers)."""
-    if u.op is Ops.BUFFER:
-        return {n for e in idx for n in e.toposort() if n.op is Ops.RANGE}
+    if u.op is Ops.BUFFER:  # simplified: a reshape's flat index names ranges it does not vary with, (t * C + c) // C
+        return {n for e in idx for n in simplify(e).toposort() if n.op is Ops.RANGE}
     if u.op in (Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR):
         return set()
-    if u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND):
+    if u.op in MOVEMENT:
         v, at = _through_views(u, idx)
         return _read_along(v, at)
     if u.op in GroupOp.Elementwise:
