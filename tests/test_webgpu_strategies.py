@@ -157,3 +157,25 @@ def test_a_lookup_of_tokens_sliced_from_a_window_is_not_split() -> None:
     kernels = _kernels_of([out])
     assert len(kernels) == 1 and "REDUCE" not in {n.op.name for n in kernels[0].ast.toposort()}
     np.testing.assert_array_equal(out.numpy(), emb.weight.numpy()[window[:, :-1]])
+
+
+def test_a_three_channel_input_gradient_computes_its_channels_from_the_same_loads() -> None:
+    # the upstream gradient (64 channels, 9 windows) does not vary with the 3 input channels: one invocation
+    # computes all three from one read of it (UPCAST of the channel range), where each channel read it again
+    import torch
+
+    import anneal.nn.functional as AF
+
+    x, w = (
+        rng.standard_normal((32, 3, 32, 32)).astype(np.float32),
+        rng.standard_normal((64, 3, 3, 3)).astype(np.float32),
+    )
+    g = rng.standard_normal((32, 64, 32, 32)).astype(np.float32)
+    a = Tensor(x, device="webgpu", requires_grad=True)
+    AF.conv2d(a, Tensor(w, device="webgpu"), padding=1).backward(Tensor(g, device="webgpu"))
+    backend = runner("webgpu").backend
+    opts = [backend.plan(k.ast)[1] for k in _kernels_of([a.grad])]  # type: ignore[list-item]
+    assert any(o.op.name == "UPCAST" and o.amount == 3 for k in opts for o in k), opts
+    ta = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.conv2d(ta, torch.tensor(w), padding=1).backward(torch.tensor(g))
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-3)  # type: ignore[union-attr]

@@ -79,6 +79,22 @@ def _read_along(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp]) 
     return None if best is globals_[-1] or weight.get(best, 0) <= weight.get(globals_[-1], 0) else best
 
 
+MAX_SHARED_UPCAST = 4  # outputs of a small range one invocation computes from the same loads
+
+
+def _shared_across(ast: UOp, deps: dict[UOp, frozenset[UOp]], candidates: list[UOp]) -> UOp | None:
+    """A short output range (2 to MAX_SHARED_UPCAST values) that the reductions' largest load does not vary with:
+    one invocation computing all its outputs reads that load once for them. A 3-channel image's input gradient
+    read the 64-channel upstream gradient once per input channel (its 9 windows, 27 times over)."""
+    loads = [n for red in ast.toposort() if red.op is Ops.REDUCE for n in red.src[0].toposort()
+             if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]  # fmt: skip
+    if not loads:
+        return None
+    largest = max(loads, key=lambda n: math.prod(extent(r) for r in deps[n]))
+    short = [r for r in candidates if 2 <= (const_extent(r) or 0) <= MAX_SHARED_UPCAST and r not in deps[largest]]
+    return short[0] if short else None
+
+
 def _unit_stride(u: UOp, r: UOp) -> bool:
     """Does every load under u that varies with range r read memory one element apart along it?"""
     steps = [affine(n.src[1]) for n in u.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]
@@ -103,6 +119,10 @@ def flat_opts(ast: UOp, limits: Limits, local: int = 256, vec: bool = True, unro
     opts: list[Opt] = []
     along = _read_along(ast, deps, globals_) if reduces and len(globals_) > 1 else None
     inner = along if along is not None else globals_[-1] if globals_ else None
+    shared = _shared_across(ast, deps, [r for r in globals_ if r is not inner]) if reduces else None
+    if shared is not None:
+        opts.append(Opt(OptOps.UPCAST, shared.arg[0], extent(shared)))
+        outputs //= extent(shared)
     wide = vec and inner is not None and vectorizable(inner) and (not reduces or outputs >= (1 << 18))
     if wide and inner is not None and not (len(globals_) == 1 and extent(globals_[0]) == 4):
         opts.append(Opt(OptOps.VECTOR, inner.arg[0]))
