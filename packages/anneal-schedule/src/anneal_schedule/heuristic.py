@@ -15,7 +15,9 @@ constants of one GPU. The shapes of kernel it knows:
   the same split, so every pass reads the same loads);
 * **few outputs and long reductions**: each reduction GROUPed over a workgroup per output;
 * everything else is **flat**: the output ranges MERGEd into one index, split over invocations
-  (LOCAL), four neighbours per invocation as vec4 lanes where the innermost range allows.
+  (LOCAL), four neighbours per invocation as vec4 lanes where the innermost range allows; a short
+  output range that the reductions' largest load does not vary with is computed whole by each
+  invocation (UPCAST), so that load is read once for all its values.
 """
 
 from __future__ import annotations

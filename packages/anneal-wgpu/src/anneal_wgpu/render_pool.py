@@ -9,16 +9,19 @@ not fit pickle's recursion), the rendered kernel comes back pickled.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import struct
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from anneal_ir import UOp
 from anneal_ir.uop import flatten, unflatten
-from anneal_schedule.opt import Opt
+from anneal_schedule.opt import Opt, OptOps
 from anneal_wgpu.render import Kernel, render_wgsl
 
 
@@ -26,6 +29,13 @@ def _send(stream: IO[bytes], obj: Any) -> None:
     data = pickle.dumps(obj)
     stream.write(struct.pack("<Q", len(data)) + data)
     stream.flush()
+
+
+def _cost(flat: Any, opts: tuple[Opt, ...]) -> int:
+    """A kernel's lowering work, roughly: its nodes, times the values an invocation unrolls (a register tile's
+    UPCASTs, a staged step's UNROLL)."""
+    unrolled = math.prod(o.amount for o in opts if o.op in (OptOps.UPCAST, OptOps.UNROLL) and o.amount)
+    return len(flat) * unrolled
 
 
 def _receive(stream: IO[bytes]) -> Any:
@@ -50,19 +60,32 @@ class RenderPool:
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env))  # fmt: skip
 
     def render(self, jobs: list[tuple[str, UOp, tuple[Opt, ...], bool]]) -> list[Kernel | None]:
-        """Each (name, ast, opts, f16) rendered (None where a worker failed: the caller renders it itself)."""
+        """Each (name, ast, opts, f16) rendered (None where a worker failed: the caller renders it itself). Each
+        worker takes the next job as soon as it returns one, the costliest first (a thread per worker waits on its
+        pipe): rounds of one job per worker waited for each round's slowest, and a tile takes ten times an
+        elementwise kernel."""
         n = min(self.size, len(jobs))
+        flats = [flatten(ast) for _, ast, _, _ in jobs]
+        pending = iter(sorted(range(len(jobs)), key=lambda i: -_cost(flats[i], jobs[i][2])))
+        take = threading.Lock()
+        out: list[Kernel | None] = [None] * len(jobs)
+
+        def serve(w: subprocess.Popen[bytes]) -> None:
+            assert w.stdin is not None and w.stdout is not None
+            while True:
+                with take:
+                    i = next(pending, None)
+                if i is None:
+                    return
+                name, _, opts, f16 = jobs[i]
+                _send(w.stdin, (name, flats[i], opts, f16))
+                out[i] = _receive(w.stdout)
+
         try:
             self._start(n)
-            out: list[Kernel | None] = [None] * len(jobs)
-            for start in range(0, len(jobs), n):  # one job per worker at a time, all of them busy
-                batch = list(enumerate(jobs[start : start + n]))
-                for (_, (name, ast, opts, f16)), w in zip(batch, self.workers):
-                    assert w.stdin is not None
-                    _send(w.stdin, (name, flatten(ast), opts, f16))
-                for (i, _), w in zip(batch, self.workers):
-                    assert w.stdout is not None
-                    out[start + i] = _receive(w.stdout)
+            with ThreadPoolExecutor(n) as threads:
+                for done in [threads.submit(serve, w) for w in self.workers[:n]]:
+                    done.result()
             return out
         except (OSError, EOFError, pickle.PickleError):  # a pool that cannot work costs only the serial renders
             self.close()
