@@ -136,10 +136,11 @@ def flat_opts(ast: UOp, limits: Limits, local: int = 256, vec: bool = True, unro
         for r in dict.fromkeys(red.src[-1] for red in top):
             if const_extent(r) is not None and extent(r) % unroll == 0 and extent(r) >= 4 * unroll:
                 opts.append(Opt(OptOps.UNROLL, r.arg[0], unroll))
-    if len(globals_) > 1:
+    placed = [r for r in globals_ if r is not shared]  # an UPCAST whole leaves no range of its id
+    if len(placed) > 1:
         opts.append(Opt(OptOps.MERGE, 0, along.arg[0] + 1 if along is not None else 0))
-    if globals_ and outputs >= 2:
-        opts.append(Opt(OptOps.LOCAL, globals_[0].arg[0], min(local, max_local(limits), _pow2_at_least(outputs))))
+    if placed and outputs >= 2:
+        opts.append(Opt(OptOps.LOCAL, placed[0].arg[0], min(local, max_local(limits), _pow2_at_least(outputs))))
     return tuple(opts)
 
 
