@@ -330,7 +330,7 @@ def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, t
 
     tstep()
     want = [t.grad.detach().cpu().numpy() for t in tins.values()]  # type: ignore[union-attr]
-    ok = all(np.allclose(a, b, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(b).max()))) for a, b in zip(got, want))
+    ok = all(_agree(a, b) for a, b in zip(got, want))
     tt = timeit(tstep, torch_sync, runs=runs)
     scale, unit = (1e12, "TFLOP/s") if flops / ta > 1e12 else (1e9, "GFLOP/s")
     row = report(name, ta, tt, flops / scale, unit, tg=tg)
@@ -342,6 +342,14 @@ def fwd_bwd(name: str, build: Callable[[dict, str], object], shapes: dict[str, t
         sweep(name, [t.grad for t in ins.values()], flops / 3 / 1e12, "TFLOP/s", top=8)
     print(f"{'':<34} gradients agree with torch: {ok}")
     return row
+
+
+def _agree(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal up to float rounding, but for one element in 1,000: a ReLU's derivative at an output within rounding
+    of 0 takes the other side in one library (a 128 x 64 x 32 x 32 convolution had two such outputs, each moving
+    the 27 input-gradient elements of its window: 46 of 393,216); an error at an image's edge moves 3% of them."""
+    close = np.isclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max())))
+    return bool(np.count_nonzero(~close) <= got.size // 1000)
 
 
 def _linear_gelu(t: dict, lib: str) -> object:
