@@ -101,7 +101,9 @@ def sweep(name: str, outputs: list, work: float, unit: str, top: int = 12) -> No
         backend.run(backend.build(kern.name, kern.ast, first), buffers, {})
         reference = backend.copy_out(out, out.size, out.dtype)
         rows = []
-        for opts in candidate_opts(kern.ast, backend.limits):
+        candidates = candidate_opts(kern.ast, backend.limits)
+        backend.render_ahead([(kern.name, kern.ast, opts) for opts in candidates])  # lowered and compiled at once
+        for opts in candidates:
             try:
                 prog = backend.build(kern.name, kern.ast, opts)
             except Exception as exc:  # noqa: BLE001 - a candidate the device refuses is reported, not fatal

@@ -91,6 +91,7 @@ def search(backend: WebGPUBackend, prog: WebGPUProgram, ast: UOp, buffers: list[
     backend.run(prog, buffers, {})
     reference = backend.copy_out(out, out.size, out.dtype)
     best, best_time = candidates[0], _time(backend, prog, buffers, 3)
+    backend.render_ahead([(prog.name, ast, opts) for opts in candidates[1:]])  # lowered and compiled at once
     for opts in candidates[1:]:
         try:
             trial = backend.build(prog.name, ast, opts)

@@ -339,11 +339,18 @@ class WebGPUBackend:
 
     # ---- programs ----
     def prepare(self, kernels: list[tuple[str, UOp]]) -> None:
-        """Ahead of a schedule's first run: render its new kernels in worker processes (the lowering is pure
-        Python) into the kernel cache that build() reads, then create their pipelines several at once."""
-        chosen = [(name, *self.plan(ast)[:2]) for name, ast in kernels]
-        found = {ast: self.kernel_cache.get(ast, opts, self.f16) for _, ast, opts in chosen}
-        todo = [(name, ast, opts) for name, ast, opts in chosen if found[ast] is None]
+        """Ahead of a schedule's first run: its new kernels under their opts, rendered and their pipelines
+        created (render_ahead)."""
+        self.render_ahead([(name, *self.plan(ast)[:2]) for name, ast in kernels])
+
+    def render_ahead(self, chosen: list[tuple[str, UOp, tuple[Opt, ...]]]) -> None:
+        """Render each (name, kernel, opts) in worker processes (the lowering is pure Python) into the kernel cache
+        that build() reads, then create their pipelines several at once: a schedule's kernels, or the candidates
+        of one kernel that a search times."""
+        found = {(ast, opts): self.kernel_cache.get(ast, opts, self.f16) for _, ast, opts in chosen}
+        todo = list(
+            {(ast, opts): (name, ast, opts) for name, ast, opts in chosen if found[(ast, opts)] is None}.values()
+        )
         workers = min(len(todo) // 2, os.cpu_count() or 1, MAX_RENDER_PROCESSES)
         if workers >= 2:
             if self.render_pool is None:
@@ -352,8 +359,8 @@ class WebGPUBackend:
             for (_, ast, opts), kernel in zip(todo, rendered):
                 if kernel is not None:
                     self.kernel_cache.put(ast, opts, self.f16, kernel)
-                    found[ast] = kernel
-        self.create_pipelines([(k.source, self.trusted(ast)) for ast, k in found.items() if k is not None])
+                    found[(ast, opts)] = kernel
+        self.create_pipelines([(k.source, self.trusted(ast)) for (ast, _), k in found.items() if k is not None])
 
     def create_pipelines(self, sources: list[tuple[str, bool]]) -> None:
         """Pipelines for these kernels (WGSL, without bounds checks), created by a few threads at once: the
