@@ -347,10 +347,9 @@ class WebGPUBackend:
         """Render each (name, kernel, opts) in worker processes (the lowering is pure Python) into the kernel cache
         that build() reads, then create their pipelines several at once: a schedule's kernels, or the candidates
         of one kernel that a search times."""
-        found = {(ast, opts): self.kernel_cache.get(ast, opts, self.f16) for _, ast, opts in chosen}
-        todo = list(
-            {(ast, opts): (name, ast, opts) for name, ast, opts in chosen if found[(ast, opts)] is None}.values()
-        )
+        names = {(ast, opts): name for name, ast, opts in chosen}  # each kernel under each opts once
+        found = {key: self.kernel_cache.get(*key, self.f16) for key in names}
+        todo = [(names[key], *key) for key, kernel in found.items() if kernel is None]
         workers = min(len(todo) // 2, os.cpu_count() or 1, MAX_RENDER_PROCESSES)
         if workers >= 2:
             if self.render_pool is None:
