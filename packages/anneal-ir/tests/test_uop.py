@@ -178,3 +178,13 @@ def test_float_division_bounds_do_not_crash() -> None:
     f = UOp(Ops.LOAD, F32, (UOp(Ops.DEFINE_GLOBAL, F32, (), 0), UOp.const(I64, 0)))
     two = UOp.const(F32, 2.0)
     assert (f.alu(Ops.IDIV, two).vmin, f.alu(Ops.MOD, two).vmax) == (-math.inf, math.inf)
+
+
+def test_a_pickled_graph_comes_back_as_the_same_nodes_and_dtypes() -> None:
+    from anneal_ir.uop import flatten, unflatten
+
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.bfloat16, (), 0)
+    root = UOp(Ops.SINK, dtypes.void, (UOp(Ops.CAST, dtypes.float32, (x,)),))
+    back = pickle.loads(pickle.dumps(flatten(root)))
+    assert back[0][1] is dtypes.bfloat16 and back[-1][1] is dtypes.void  # the table's objects: `is` holds
+    assert unflatten(back) is root

@@ -28,6 +28,8 @@ from anneal_ir.sint import bind, bound_values, variables
 from anneal_schedule.backend import DoneRead
 from anneal_schedule.buffer import Buffer, read_many
 from anneal_schedule.runner import HostStep, Runner
+from anneal_schedule.schedule import Scheduler
+from anneal_schedule.store import ScheduleStore
 
 if TYPE_CHECKING:
     from anneal.tensor import Tensor
@@ -41,7 +43,9 @@ _dependents: weakref.WeakKeyDictionary[Buffer, weakref.WeakSet[UOp]] = weakref.W
 @functools.cache
 def runner(device: str) -> Runner:
     name, backend = get_backend(device)
-    return Runner(name, backend, debug=Settings.from_env().debug)  # type: ignore[arg-type]
+    settings = Settings.from_env()
+    store = ScheduleStore(settings.cache_root()[0] / "schedules")
+    return Runner(name, backend, Scheduler(store=store), debug=settings.debug)  # type: ignore[arg-type]
 
 
 def buffer_view(buf: Buffer, shape: tuple[Any, ...], values: dict[str, int] | None = None) -> UOp:

@@ -38,6 +38,10 @@ class DType:
     def np(self) -> np.dtype:
         return np.dtype(self.numpy)
 
+    def __reduce__(self) -> tuple:
+        # unpickled as the table's own object: code compares dtypes with `is`
+        return _named, (self.name,)
+
 
 class dtypes:
     """The dtype table, named like torch's."""
@@ -95,6 +99,10 @@ BY_NAME = {d.name: d for d in ALL_DTYPES} | {
     "long": dtypes.int64,
     "int": dtypes.int32,
 }
+
+
+def _named(name: str) -> DType:
+    return dtypes.void if name == "void" else BY_NAME[name]
 
 
 def _category(d: DType) -> int:

@@ -8,10 +8,11 @@ bound to this call's buffers.
 from __future__ import annotations
 
 import functools
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anneal_ir import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, trace
 from anneal_ir.sint import record_bind, render_size, sint, variables
@@ -21,6 +22,9 @@ from anneal_schedule.heuristic import TILE_ROWS
 from anneal_schedule.rangeify import MOVEMENT, KernelBuilder, NeedsRealize, broadcasts
 from anneal_schedule.simplify import simplify_kernel
 from anneal_schedule.split import split_reductions
+
+if TYPE_CHECKING:
+    from anneal_schedule.store import ScheduleStore
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Schedule:
 class ScheduleStats:
     hits: int = 0
     misses: int = 0
+    loaded: int = 0  # of the misses, how many the store had
 
 
 def normalize(outputs: list[UOp]) -> tuple[UOp, list[Any]]:
@@ -126,13 +131,16 @@ def _consumers(sink: UOp) -> Counter[UOp]:
 
 @dataclass
 class Scheduler:
-    """Creates schedules and caches them by the content hash of the normalized graph."""
+    """Creates schedules and caches them by the content hash of the normalized graph: in memory, and in a store on
+    disk (when given) for those that took a while to build, so that the next process finds them."""
 
     max_buffers: int = 1 << 30
     parallel: int = 0  # the device's Limits.parallel: reductions with fewer workgroups are split
     cache_size: int = 256
     cache: OrderedDict[bytes, Schedule] = field(default_factory=OrderedDict)
     stats: ScheduleStats = field(default_factory=ScheduleStats)
+    store: ScheduleStore | None = None
+    store_after_s: float = 0.05  # an eager op's schedule takes less to build than to write and read back
 
     def schedule(self, outputs: list[UOp]) -> tuple[Schedule, list[Any]]:
         sched, inputs, _ = self.schedule_bound(outputs)
@@ -147,9 +155,18 @@ class Scheduler:
             self.stats.hits += 1
             return self.cache[key], inputs, values
         self.stats.misses += 1
-        split = split_reductions(sink, self.parallel)
-        trace.event("schedule", split)  # the graph the kernels are cut from
-        sched = build_schedule(split, len(inputs), self.max_buffers)
+        limits = (self.max_buffers, self.parallel)
+        store = self.store if trace.current_trace.get() is None else None  # a trace records the scheduling itself
+        sched = store.get(key, limits) if store is not None else None
+        if sched is not None:
+            self.stats.loaded += 1
+        else:
+            start = time.perf_counter()
+            split = split_reductions(sink, self.parallel)
+            trace.event("schedule", split)  # the graph the kernels are cut from
+            sched = build_schedule(split, len(inputs), self.max_buffers)
+            if store is not None and time.perf_counter() - start >= self.store_after_s:
+                store.put(key, limits, sched)
         self.cache[key] = sched
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 from anneal_ir import UOp, dtypes
 from anneal_ir.files import atomic_write
 from anneal_schedule.opt import Opt
+from anneal_schedule.store import source_version
 from anneal_wgpu.render import Kernel
 
 
@@ -26,12 +27,8 @@ def code_version() -> str:
     import anneal_schedule.opt
     import anneal_wgpu.render
 
-    h = hashlib.sha256()
-    modules = (anneal_schedule.analysis, anneal_schedule.opt, anneal_schedule.lower, anneal_schedule.decompose,
-               anneal_wgpu.render)  # fmt: skip
-    for module in modules:
-        h.update(Path(module.__file__ or "").read_bytes())
-    return h.hexdigest()[:16]
+    return source_version(anneal_schedule.analysis, anneal_schedule.opt, anneal_schedule.lower,
+                          anneal_schedule.decompose, anneal_wgpu.render)  # fmt: skip
 
 
 class KernelCache:

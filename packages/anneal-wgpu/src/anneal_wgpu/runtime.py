@@ -20,7 +20,6 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -173,7 +172,7 @@ class WebGPUBackend:
         settings = settings or Settings.from_env()
         self.beam = settings.beam
         self.bounds_checks = settings.wgpu_checks  # ANNEAL_WGPU_CHECKS=1: every kernel keeps them (debugging)
-        cache_root = Path(settings.cache_dir or Path.home() / ".cache" / "anneal")
+        cache_root = settings.cache_root()[0]
         self.beam_cache = BeamCache(cache_root / "beam.json") if self.beam > 0 else None
         self.kernel_cache = KernelCache(cache_root / "wgsl")
         self.render_pool: RenderPool | None = None  # worker processes, started by the first prepare()
