@@ -353,6 +353,23 @@ def test_invocations_step_along_the_range_a_reduction_reads_contiguously(runner:
     check_every_candidate(runner, sums, x.sum(1).T, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])
+def test_sums_down_columns_take_a_workgroup_of_neighbouring_columns(runner: Runner, op: Ops) -> None:
+    # a layer norm's weight gradient: a sum over rows of products, the columns side by side in memory. A workgroup
+    # per column read one word of each row; 32 neighbouring columns per workgroup, each sum grouped 8 ways, read
+    # 128 bytes of 8 rows at a time, and each column's tree keeps its lanes apart
+    # (enough columns for 32 a workgroup to fill the device: half its `parallel` workgroups)
+    shape = (128, 32 * runner.backend.limits.parallel // 2)
+    a, b = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    col = UOp(Ops.RESHAPE, F32, (reduce(tensor(runner, a) * tensor(runner, b), op, 0),), shape[1:])
+    (kern,) = runner.scheduler.schedule([col])[0].kernels
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    assert [(o.op, o.amount) for o in opts] == [(OptOps.LOCAL, 32), (OptOps.GROUP, 8)], opts
+    expected = (a * b).sum(0) if op is Ops.ADD else (a * b).max(0)
+    seen = check_every_candidate(runner, col, expected, rtol=1e-4, atol=1e-4)
+    assert "group" in seen and "flat" in seen
+
+
 def test_many_dot_products_along_memory_take_a_workgroup_each(runner: Runner) -> None:
     # a language model's head on one token: many rows, each a long dot product read along memory; one row per
     # invocation would have neighbouring invocations read a row apart

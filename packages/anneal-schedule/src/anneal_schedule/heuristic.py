@@ -13,7 +13,9 @@ constants of one GPU. The shapes of kernel it knows:
   per row: the row's elements over the invocations (LOCAL, vec4 lanes), each reduction GROUPed
   across them; a row short enough is kept in registers across the passes (UPCAST and UNROLL by
   the same split, so every pass reads the same loads);
-* **few outputs and long reductions**: each reduction GROUPed over a workgroup per output;
+* **few outputs and long reductions**: each reduction GROUPed over a workgroup per output; sums down
+  columns (the loads side by side along an output range, far apart along the sum) get a workgroup of 32
+  neighbouring outputs instead (LOCAL), each sum GROUPed 8 ways across it;
 * everything else is **flat**: the output ranges MERGEd into one index, split over invocations
   (LOCAL), four neighbours per invocation as vec4 lanes where the innermost range allows; a short
   output range that the reductions' largest load does not vary with is computed whole by each
@@ -164,6 +166,39 @@ def group_opts(ast: UOp, local: int, vec: bool = True) -> tuple[Opt, ...]:
         if vec and vectorizable(r) and extent(r) >= 4 * local:
             opts.append(Opt(OptOps.VECTOR, r.arg[0]))
         opts.append(Opt(OptOps.GROUP, r.arg[0], local))
+    return tuple(opts)
+
+
+COLUMN_LANES = 32  # neighbouring outputs of a column sum's workgroup: 128 bytes of each row it reads
+
+
+def _column_range(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp]) -> UOp | None:
+    """The output range that the largest load of every reduction reads side by side while its reduced range
+    reads far apart (sums down columns: a layer norm's weight gradient over 16384 rows of 384 channels), where
+    it has COLUMN_LANES values or a multiple of them."""
+    top = [red for red in ast.toposort() if red.op is Ops.REDUCE and deps[red] <= frozenset(globals_)]
+    if not top:
+        return None
+    loads = [n for red in top for n in red.src[0].toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]
+    if not loads:
+        return None
+    largest = max(loads, key=lambda n: math.prod(extent(r) for r in deps[n]))
+    aff = affine(largest.src[1])
+    if aff is None or any(abs(aff[0].get(red.src[-1], 0)) <= 1 for red in top):
+        return None
+    along = [r for r in globals_ if aff[0].get(r) == 1 and (const_extent(r) or 0) % COLUMN_LANES == 0]
+    return along[0] if along else None
+
+
+def column_opts(ast: UOp, along: UOp, lanes: int = COLUMN_LANES, group: int = 8) -> tuple[Opt, ...]:
+    """A workgroup of `lanes` neighbouring outputs along `along`, each reduction grouped `group` ways across
+    them: every load of the workgroup reads `lanes` consecutive words of `group` rows, where a workgroup per output
+    (group_opts) reads one word of each of its rows."""
+    deps = ranges_of(ast)
+    g = frozenset(global_ranges(deps))
+    opts = [Opt(OptOps.LOCAL, along.arg[0], lanes)]
+    for red in (n for n in ast.toposort() if n.op is Ops.REDUCE and deps[n] <= g):
+        opts.append(Opt(OptOps.GROUP, red.src[-1].arg[0], group))
     return tuple(opts)
 
 
@@ -381,6 +416,12 @@ def _choose(ast: UOp, limits: Limits) -> tuple[str, str, tuple[Opt, ...]]:
     local = min(256, max_local(limits))
     if reduces and limits.max_shared_memory >= local * 4 * len({r.dtype for r in reduces}):  # trees share arrays
         longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
+        column = _column_range(ast, deps, globals_) if longest >= 128 and outputs <= 65536 else None
+        # (32 columns a workgroup leave fewer workgroups: where they would not fill the device, a workgroup per
+        # output, each reading one word of a row, keeps more loads in flight)
+        if column is not None and max_local(limits) >= 256 and outputs // COLUMN_LANES >= limits.parallel // 2:
+            why = f"{outputs} outputs of {longest}-long sums down columns: {COLUMN_LANES} columns per workgroup"
+            return "columns", why, column_opts(ast, column, COLUMN_LANES, 256 // COLUMN_LANES)
         if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
             why = f"{outputs} outputs of {longest}-long reductions: one workgroup each"
             return "group", why, group_opts(ast, group_size(longest, local))
@@ -424,6 +465,10 @@ def candidate_opts(ast: UOp, limits: Limits) -> list[tuple[Opt, ...]]:
                             out.append(joins + found)
     if any(n.op is Ops.REDUCE for n in deps):
         out += [group_opts(ast, n) for n in locals_ if limits.max_shared_memory >= n * 4]
+        column = _column_range(ast, deps, global_ranges(deps))
+        if column is not None:
+            out += [column_opts(ast, column, lanes, n // lanes) for lanes in (16, 32) for n in (128, 256, 512)
+                    if n <= largest and extent(column) % lanes == 0]  # fmt: skip
     out += [flat_opts(ast, limits, n, vec) for vec in (True, False) for n in locals_]
     if any(n.op is Ops.REDUCE for n in deps):  # long reductions: several loads of each invocation in flight
         out += [flat_opts(ast, limits, n, True, unroll) for n in (128, 256) if n <= largest for unroll in (2, 4, 8)]

@@ -48,7 +48,7 @@ class Instr:
     Ops.MAX), reg (a mutable register: srcs: its first value), set (srcs: its new value), loop (srcs: start,
     end, step; arg: (kind, range id), kind "loop", "reduce" or "column"), end, barrier, acc_array (an array of
     accumulators, srcs: its size; arg: identity), update_at (srcs: array, element, value; arg: Ops.ADD), acc_at
-    (srcs: array, element), group (srcs: own value; arg: shared name, size, combine), lanes (the
+    (srcs: array, element), group (srcs: own value; arg: shared name, size, combine, lanes kept apart), lanes (the
     vec4 0, 1, 2, 3), extract (srcs: vec4; arg: component), combine (the four lanes of a vec4 acc;
     arg: combine), exit (srcs: condition: every invocation of the workgroup leaves), var (arg: name).
 
@@ -217,6 +217,7 @@ class Lowerer:
     quad_blocks: dict[str, Block] = field(default_factory=dict)
     reduces: list[UOp] = field(default_factory=list)
     workgroup: int = 1
+    tree_lanes: int = 1  # local lanes a grouped reduction's tree keeps apart (1: its tree spans the workgroup)
     lane_name: str = ""
     block_ends: dict[int, list[Instr]] = field(default_factory=dict)  # instructions that close a loop body
     names_of_regs: dict[str, tuple[DType, int]] = field(default_factory=dict)
@@ -612,7 +613,7 @@ class Lowerer:
                 result = self.fresh()
                 self.emit(b, Instr("combine", result, self.acc_dtype(s), 1, (acc,), s.arg))
             if groups:
-                size = math.prod(int(r.src[0].arg) for r in groups)
+                size = self.group_span(groups)
                 if size != self.workgroup:
                     raise LowerError(f"kernel {self.name}: a reduction grouped over {size} invocations in a "
                                      f"workgroup of {self.workgroup}")  # fmt: skip
@@ -623,13 +624,18 @@ class Lowerer:
                     partial = self.group_arrays[(s.dtype, size)] = self.fresh("partial")
                     self.shared.append(SharedDecl(partial, s.dtype, size, False))
                 red = self.fresh("red")
-                self.emit(b, Instr("group", red, self.acc_dtype(s), 1, (result,), (partial, size, s.arg)))
+                self.emit(b, Instr("group", red, self.acc_dtype(s), 1, (result,),
+                                   (partial, size, s.arg, self.tree_lanes)))  # fmt: skip
                 result = red
             if self.acc_dtype(s) != s.dtype:
                 cast = self.fresh()
                 self.emit(b, Instr(Ops.CAST, cast, s.dtype, self.width(s), (result,)))
                 result = cast
             self.names[s] = (result, b)
+
+    def group_span(self, groups: list[UOp]) -> int:
+        """Invocations a grouped reduction's tree spans: its groups, times the lanes it keeps apart."""
+        return math.prod(int(r.src[0].arg) for r in groups) * self.tree_lanes
 
     def reduce_key(self, u: UOp) -> tuple:
         return (u.arg, tuple(u.src[1:]))
@@ -680,9 +686,17 @@ class Lowerer:
         loops = [r for r in ranges if kind(r) == "loop"]
         self.columns = {r for r in loops if r.arg[0] in self.column_ids}
         groups_of = {n: [r for r in n.src[1:] if kind(r) == "group"] for n in nodes if n.op is Ops.REDUCE}
+        groups_of = {n: g for n, g in groups_of.items() if g}
         local_size = math.prod(int(r.src[0].arg) for r in locals_) if locals_ else None
-        group_sizes = {math.prod(int(r.src[0].arg) for r in g) for g in groups_of.values() if g}
-        sizes = ({local_size} if local_size else set()) | group_sizes
+        # a grouped reduction that varies with the local ranges (a column sum: its outputs side by side over the
+        # invocations) is grouped per local lane: the workgroup is lanes x groups, the lanes fastest; one that does
+        # not (a row kernel's statistics) spans the whole workgroup, as the local ranges do
+        per_lane = [bool(self.deps[n] & set(locals_)) for n in groups_of]
+        if any(per_lane) and not all(per_lane):
+            raise LowerError(f"kernel {self.name}: grouped reductions per local lane and across the workgroup at once")
+        self.tree_lanes = local_size if local_size and any(per_lane) else 1
+        sizes = {self.group_span(g) for g in groups_of.values()}
+        sizes |= {local_size} if local_size and self.tree_lanes == 1 else set()
         if len(sizes) > 1:
             raise LowerError(f"kernel {self.name}: local ranges and grouped reductions need one workgroup size, "
                              f"got {sorted(sizes)}")  # fmt: skip
@@ -698,9 +712,10 @@ class Lowerer:
         # two SPECIAL nodes, so equal indices are one node (a row read once for every pass over it)
         w = UOp(Ops.SPECIAL, dtypes.int64, (), ("w", max(1, int(upper(groups)))))
         lid = UOp(Ops.SPECIAL, dtypes.int64, (), ("lid", self.workgroup))
-        mapping = split_index(w, globals_) | split_index(lid, locals_)
+        lane = lid if self.tree_lanes == 1 else lid % self.tree_lanes
+        mapping = split_index(w, globals_) | split_index(lane, locals_)
         for g in groups_of.values():
-            mapping |= split_index(lid, g)
+            mapping |= split_index(lid if self.tree_lanes == 1 else lid // self.tree_lanes, g)
         self.ast = expand(bind_specials(self.ast, mapping, simplify=False), frozenset({"upcast"}))
         for f in self.fills.values():
             f.operand = bind_specials(f.operand, mapping)

@@ -216,16 +216,16 @@ class WGSLPrinter:
             return [f"let {name}: {t} = {combine(ins.arg, d, combine(ins.arg, d, x, y), combine(ins.arg, d, z, q))};"]
         if op == "group":
             (own,) = ins.srcs
-            partial, size, red_op = ins.arg
+            partial, size, red_op, lanes = ins.arg  # lanes: the lid % lanes kept apart (one sum each)
             c = lambda a, b: combine(red_op, ins.dtype, a, b)  # noqa: E731
             return [
                 f"{partial}[lid] = {self.operand(own)};",
                 "workgroupBarrier();",
-                f"for (var s: i32 = {size // 2}; s > 0; s = s >> 1u) {{",
+                f"for (var s: i32 = {size // 2}; s >= {lanes}; s = s >> 1u) {{",
                 f"  if (lid < s) {{ {partial}[lid] = {c(f'{partial}[lid]', f'{partial}[lid + s]')}; }}",
                 "  workgroupBarrier();",
                 "}",
-                f"let {name}: {t} = {partial}[0];",
+                f"let {name}: {t} = {partial}[{'0' if lanes == 1 else f'lid % {lanes}'}];",
                 "workgroupBarrier();",  # the array is free again for the next grouped reduction
             ]
         if op == "loop":
