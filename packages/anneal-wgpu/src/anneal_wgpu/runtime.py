@@ -56,6 +56,7 @@ MAX_PIPELINE_THREADS = 16  # pipelines created at once (the driver compiles shad
 # (its weight gradients and batch-norm statistics), GPT-2's 177.5 -> 175.8, nanogpt's unchanged (RESULTS.md)
 PARALLEL_WORKGROUPS = 1024
 SUBMIT_EVERY = 64  # dispatches per submit at most (a long schedule starts running before it is all recorded)
+SUBMIT_FIRST = 8  # dispatches of the first submit after the host waited for the GPU, doubling to SUBMIT_EVERY
 SUBMIT_SOON_DISPATCHES = 16  # flush_soon submits a schedule of this many dispatches at once
 SUBMIT_INTERVAL = 1e-3  # seconds: flush_soon submits fewer dispatches only this long after the last submit
 
@@ -210,6 +211,7 @@ class WebGPUBackend:
         self.compute_pass: Any = None  # the encoder's open pass: dispatches share it until the next submit
         self.recorded = 0  # dispatches in the open encoder
         self._submitted = 0.0  # perf_counter() of the last submit
+        self._submit_at = SUBMIT_FIRST  # dispatches that run() submits at: an idle GPU gets its first ones soon
         self.bind_groups: dict[tuple, Any] = {}
         self.var_buffers: dict[tuple[int, ...], Any] = {}
         self._fence: Any = None
@@ -309,6 +311,7 @@ class WebGPUBackend:
         one submit, one map (a read costs a wait for the queue; a step's value and its index checks share it)."""
         staging, offsets = self._stage(reads)
         staging.map_sync("READ")
+        self._submit_at = SUBMIT_FIRST  # the GPU is idle: what comes next starts it in a few dispatches
         return _mapped(staging, reads, offsets)
 
     def copy_out_async(self, reads: list[tuple[GPUBuffer, int, DType]]) -> PendingRead:
@@ -533,8 +536,9 @@ class WebGPUBackend:
         except Exception as exc:
             self.encoder = self.compute_pass = None
             raise WebGPUError(f"kernel {program.name} failed to dispatch: {type(exc).__name__}: {exc}") from exc
-        if self.recorded >= SUBMIT_EVERY:
+        if self.recorded >= self._submit_at:
             self.flush()
+            self._submit_at = min(SUBMIT_EVERY, 2 * self._submit_at)
 
     def _pass_for_dispatch(self) -> Any:
         """The compute pass the next dispatch goes into. One pass holds every dispatch until the next submit
@@ -585,3 +589,4 @@ class WebGPUBackend:
             usage = self.wgpu.BufferUsage.COPY_SRC | self.wgpu.BufferUsage.COPY_DST
             self._fence = self.device.create_buffer(size=16, usage=usage)
         self.device.queue.read_buffer(self._fence)
+        self._submit_at = SUBMIT_FIRST
