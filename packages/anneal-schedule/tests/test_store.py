@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from anneal_ir import CompileTrace, Ops, UOp, dtypes
 from anneal_ir.sint import Variable
 from anneal_schedule.buffer import Buffer
@@ -59,10 +61,16 @@ def test_other_limits_schedule_again(tmp_path: Path) -> None:
     assert other.stats.loaded == 0
 
 
-def test_a_damaged_entry_is_scheduled_again_and_replaced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["truncated", "a byte flipped"])
+def test_a_damaged_entry_is_scheduled_again_and_replaced(tmp_path: Path, damage: str) -> None:
     built = schedule(scheduler(tmp_path))
     (entry,) = tmp_path.iterdir()
-    entry.write_bytes(entry.read_bytes()[:100])
+    data = bytearray(entry.read_bytes())
+    if damage == "truncated":
+        del data[100:]
+    else:
+        data[len(data) // 2] ^= 0x10  # may still unpickle: the entry's digest catches it
+    entry.write_bytes(bytes(data))
     damaged = scheduler(tmp_path)
     assert schedule(damaged) == built and damaged.stats.loaded == 0
     healed = scheduler(tmp_path)

@@ -370,6 +370,47 @@ def test_sums_down_columns_take_a_workgroup_of_neighbouring_columns(runner: Runn
     assert "group" in seen and "flat" in seen
 
 
+@pytest.mark.parametrize("lanes, groups", [(1, 48), (1, 3), (16, 6)])
+def test_a_tree_over_a_count_that_is_not_a_power_of_two(runner: Runner, lanes: int, groups: int) -> None:
+    # a device whose workgroups hold 48 or 96 invocations groups a reduction over a count the tree must halve unevenly
+    from anneal_schedule.analysis import global_ranges
+    from anneal_schedule.heuristic import _column_range, column_opts, group_opts
+
+    a = rng.standard_normal((192, 64)).astype(np.float32)
+    col = UOp(Ops.RESHAPE, F32, (reduce(tensor(runner, a), Ops.ADD, 0),), (64,))
+    runner.recording = []
+    try:
+        runner.realize([col])
+        executed: Executed = runner.recording[-1]
+    finally:
+        runner.recording = None
+    (kern,) = executed.schedule.kernels
+    deps = ranges_of(kern.ast)
+    along = _column_range(kern.ast, deps, global_ranges(deps))
+    assert along is not None
+    opts = group_opts(kern.ast, groups) if lanes == 1 else column_opts(kern.ast, along, lanes, groups)
+    prog = runner.backend.build(kern.name, kern.ast, opts)
+    assert prog.kernel.workgroup == lanes * groups, prog.source
+    buffers = [executed.slots[s].ensure() for s in kern.slots]
+    runner.backend.run(prog, buffers, {})
+    got = runner.backend.copy_out(buffers[0], 64, F32)
+    np.testing.assert_allclose(got, a.sum(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows, cols", [(128, 16384), (256, 64)], ids=["columns", "group"])
+def test_a_grouped_sum_added_into_its_own_output_in_place(runner: Runner, rows: int, cols: int) -> None:
+    # x.assign(y.sum(0) + x): every invocation of a workgroup had the tree's result, and each stored it; one that
+    # read x after another had stored into it added the sum twice. One invocation per output stores
+    y, x0 = rng.standard_normal((rows, cols)).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    x = Buffer("webgpu", runner.backend, cols, F32).copy_in(x0)
+    total = UOp(Ops.RESHAPE, F32, (reduce(tensor(runner, y), Ops.ADD, 0),), (cols,))
+    (kern,) = runner.scheduler.schedule([UOp(Ops.ASSIGN, F32, (x.view((cols,)), total + x.view((cols,))))])[0].kernels
+    assert kind_of(choose_opts(kern.ast, runner.backend.limits)) == "group"
+    for _ in range(3):
+        runner.realize([UOp(Ops.ASSIGN, F32, (x.view((cols,)), total + x.view((cols,))))])
+    np.testing.assert_allclose(x.numpy(), x0 + 3 * y.sum(0), rtol=1e-4, atol=1e-3)
+
+
 def test_many_dot_products_along_memory_take_a_workgroup_each(runner: Runner) -> None:
     # a language model's head on one token: many rows, each a long dot product read along memory; one row per
     # invocation would have neighbouring invocations read a row apart

@@ -717,6 +717,9 @@ class Lowerer:
         for g in groups_of.values():
             mapping |= split_index(lid if self.tree_lanes == 1 else lid // self.tree_lanes, g)
         self.ast = expand(bind_specials(self.ast, mapping, simplify=False), frozenset({"upcast"}))
+        storing = local_size or 1
+        if groups_of and storing < self.workgroup:  # every invocation of a tree has its result: one stores it
+            self.ast = _gate_stores(self.ast, UOp(Ops.CMPLT, dtypes.bool, (lid, UOp.const(dtypes.int64, storing))))
         for f in self.fills.values():
             f.operand = bind_specials(f.operand, mapping)
         self.analyse()
@@ -861,6 +864,17 @@ class Lowerer:
         steps = [affine(n.src[1], self.affines) for n in operand.toposort()
                  if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL and r in self.deps[n]]  # fmt: skip
         return bool(steps) and all(a is not None and abs(a[0].get(r, 0)) == 1 for a in steps)
+
+
+def _gate_stores(sink: UOp, gate: UOp) -> UOp:
+    """sink with each store also gated by gate (the invocations of a grouped reduction's tree but the one that
+    stores: another that read an in-place output after it stored would add the sum twice)."""
+
+    def gated(st: UOp) -> UOp:
+        valid = gate if len(st.src) == 3 else UOp(Ops.AND, dtypes.bool, (st.src[3], gate))
+        return st.replace(src=(*st.src[:3], valid))
+
+    return sink.replace(src=tuple(gated(s) if s.op is Ops.STORE else s for s in sink.src))
 
 
 def split_index(flat: UOp, ranges: list[UOp], simplify: bool = True) -> dict[UOp, UOp]:

@@ -3,8 +3,9 @@
 An entry is keyed by its graph's content hash, the scheduler's limits and the version of the code that schedules
 (a hash of anneal_ir's and anneal_schedule's sources: editing either invalidates every entry). It holds the
 kernels' ASTs and the tensor-level nodes each computes, as one flattened graph; loaded, they are the same
-(hash-consed) nodes as the caller's own graph. Entries are written atomically; a damaged or foreign entry only
-costs scheduling again. A graph with Variables is not stored: its sizes are nodes that do not flatten.
+(hash-consed) nodes as the caller's own graph. Entries are written atomically and checked against their sha256
+when read; a damaged or foreign entry only costs scheduling again. Nothing is evicted: removing the folder
+is always safe. A graph with Variables is not stored: its sizes are nodes that do not flatten.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from anneal_ir.files import atomic_write
 from anneal_ir.uop import flatten, unflatten
 from anneal_schedule.schedule import Kernel, Schedule
 
-FORMAT = 1  # of an entry's layout, below
+FORMAT = 2  # of an entry's layout, below: the sha256 of the pickled entry, then the entry
+DIGEST = 32
 
 
 def source_version(*modules: ModuleType) -> str:
@@ -55,10 +57,12 @@ class ScheduleStore:
     def get(self, key: bytes, limits: tuple[int, int]) -> Schedule | None:
         """The stored schedule of the graph with this key, scheduled under limits (max_buffers, parallel)."""
         try:
-            entry = pickle.loads(self._path(key, limits).read_bytes())
-            return _schedule(entry)
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError, IndexError,
-                AttributeError):  # fmt: skip
+            data = self._path(key, limits).read_bytes()
+            digest, payload = data[:DIGEST], data[DIGEST:]
+            if hashlib.sha256(payload).digest() != digest:
+                return None
+            return _schedule(pickle.loads(payload))
+        except Exception:  # noqa: BLE001 - any entry that does not load is scheduled again, never an error
             return None
 
     def put(self, key: bytes, limits: tuple[int, int], sched: Schedule) -> None:
@@ -70,7 +74,7 @@ class ScheduleStore:
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            atomic_write(self._path(key, limits), data)
+            atomic_write(self._path(key, limits), hashlib.sha256(data).digest() + data)
         except OSError:  # a read-only cache: scheduled again
             pass
 

@@ -218,11 +218,14 @@ class WGSLPrinter:
             (own,) = ins.srcs
             partial, size, red_op, lanes = ins.arg  # lanes: the lid % lanes kept apart (one sum each)
             c = lambda a, b: combine(red_op, ins.dtype, a, b)  # noqa: E731
+            groups = size // lanes
+            halves = 1 << (groups - 1).bit_length()  # a count of groups that is not a power of two: the first
+            inside = "lid < s" if halves == groups else f"lid < s && lid + s < {size}"  # halving folds in the rest
             return [
                 f"{partial}[lid] = {self.operand(own)};",
                 "workgroupBarrier();",
-                f"for (var s: i32 = {size // 2}; s >= {lanes}; s = s >> 1u) {{",
-                f"  if (lid < s) {{ {partial}[lid] = {c(f'{partial}[lid]', f'{partial}[lid + s]')}; }}",
+                f"for (var s: i32 = {halves // 2 * lanes}; s >= {lanes}; s = s >> 1u) {{",
+                f"  if ({inside}) {{ {partial}[lid] = {c(f'{partial}[lid]', f'{partial}[lid + s]')}; }}",
                 "  workgroupBarrier();",
                 "}",
                 f"let {name}: {t} = {partial}[{'0' if lanes == 1 else f'lid % {lanes}'}];",
