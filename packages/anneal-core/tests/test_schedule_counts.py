@@ -228,6 +228,25 @@ def test_gelu_backward_is_the_epilogue_of_the_contraction_it_reads() -> None:
         np.testing.assert_allclose(ours.grad.numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("vocab, buffer", [(8192, True), (1024, False)], ids=["64 tiles", "8 tiles"])
+def test_a_layer_norm_staged_over_many_column_tiles_is_a_buffer(vocab: int, buffer: bool) -> None:
+    import torch
+
+    from anneal.nn import functional as F
+
+    # a language model's head: the final layer norm, read by the logits over a vocabulary of 64 tiles of 128 columns,
+    # would be computed once per tile in the contraction's staged operand; over 8 tiles it stays that prologue
+    h, w, g, b = t(16, 64), t(vocab, 64), t(64), t(64)
+    logits = F.layer_norm(h, (64,), g, b) @ w.T
+    kernels = _kernels_of([logits])
+    assert any(_stored_size(k) == 16 * 64 for k in kernels) == buffer
+    (head,) = [k for k in kernels if _stored_size(k) == 16 * vocab]
+    assert ("SQRT" in _ops_in(head)) != buffer
+    th, tw, tg, tb = (torch.tensor(p.numpy()) for p in (h, w, g, b))
+    want = torch.nn.functional.layer_norm(th, (64,), tg, tb) @ tw.T
+    np.testing.assert_allclose(logits.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_a_reduction_read_by_two_kernels_is_computed_once() -> None:
     # the contraction's one reader (its scaling) is read by the kernels of u and v: before, each of them computed the
     # whole contraction again

@@ -235,6 +235,11 @@ def build_schedule(sink: UOp, n_inputs: int, max_buffers: int = 1 << 30) -> Sche
         if consumers[u] > 1 and _expensive(u):
             # an expensive elementwise chain read by several consumers is computed once, not in each of them
             return f"over {RECOMPUTE_LIMIT} ALU ops read by {consumers[u]} nodes: computed once"
+        tiles = _staged_tiles(u, parents)
+        if tiles > STAGED_TILES_MAX and _expensive(u, 2):
+            # a prologue is computed once per tile of the other operand: GPT-2's final layer norm, staged by the head's
+            # logits over 50257 columns, was computed 393 times per element (12.7 ms instead of about 8)
+            return f"staged by a contraction over {tiles} column tiles: computed once, a buffer"
         if (_expensive(u, STAGED_RECOMPUTE_LIMIT) and _staged_again(u, parents)
                 and _epilogue(u, parents, position)):  # fmt: skip
             # the contractions that stage it would compute it once per tile of their other operand; as the epilogue
@@ -416,6 +421,14 @@ def _staged_again(u: UOp, parents: dict[UOp, list[UOp]]) -> bool:
     )  # fmt: skip
 
 
+def _staged_tiles(u: UOp, parents: dict[UOp, list[UOp]]) -> int:
+    """Tiles of TILE_ROWS columns that a contraction reading u broadcasts it over (the most of any reader; 0: none):
+    how many times over a tiled kernel staging u computes each of its elements."""
+    return max((-(-repeats // TILE_ROWS) for r, repeats in _readers(u, parents)
+                if r.op is Ops.MUL and any(q.op is Ops.REDUCE_AXIS and q.arg[0] is Ops.ADD
+                                           for q, _ in _readers(r, parents))), default=0)  # fmt: skip
+
+
 def _epilogue(u: UOp, parents: dict[UOp, list[UOp]], position: dict[UOp, int]) -> bool:
     """Does u read, elementwise, a reduction that only u's kernel would compute (so u can be its epilogue)?"""
     stack, seen = [u], set()
@@ -445,6 +458,9 @@ RECOMPUTE_LIMIT = 24  # ALU ops an elementwise chain may have and still be recom
 # ... and still be recomputed by each reader when one of them is a contraction staging it, once per tile of the other
 # operand: a GELU's backward (14) was computed six times per element in nanogpt's MLP gradients
 STAGED_RECOMPUTE_LIMIT = 8
+# column tiles over which a contraction may recompute a staged elementwise chain of a few ops: past them, it is a
+# buffer (a layer norm staged over 9 tiles, bench_gpu.py's `layernorm+linear` case, runs at 1.02x torch)
+STAGED_TILES_MAX = 32
 # ALU ops a primitive expanded late stands for (anneal_schedule.decompose): a random draw is 20 Threefry rounds
 # (~100 integer ops), erf a short polynomial. Counted as one op, a dropout's output was recomputed inside every
 # contraction that reads it, once per staged element of every tile (nanogpt's split-K weight gradients).
