@@ -86,15 +86,20 @@ def _read_along(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp]) 
 MAX_SHARED_UPCAST = 4  # outputs of a small range one invocation computes from the same loads
 
 
+def _largest_load(reduces: list[UOp], deps: dict[UOp, frozenset[UOp]]) -> UOp | None:
+    """Of the global loads inside these reductions, the one that reads the most elements (None: there are none)."""
+    loads = [n for red in reduces for n in red.src[0].toposort()
+             if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]  # fmt: skip
+    return max(loads, key=lambda n: math.prod(extent(r) for r in deps[n])) if loads else None
+
+
 def _shared_across(ast: UOp, deps: dict[UOp, frozenset[UOp]], candidates: list[UOp]) -> UOp | None:
     """A short output range (2 to MAX_SHARED_UPCAST values) that the reductions' largest load does not vary with:
     one invocation computing all its outputs reads that load once for them. A 3-channel image's input gradient
     read the 64-channel upstream gradient once per input channel (its 9 windows, 27 times over)."""
-    loads = [n for red in ast.toposort() if red.op is Ops.REDUCE for n in red.src[0].toposort()
-             if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]  # fmt: skip
-    if not loads:
+    largest = _largest_load([n for n in ast.toposort() if n.op is Ops.REDUCE], deps)
+    if largest is None:
         return None
-    largest = max(loads, key=lambda n: math.prod(extent(r) for r in deps[n]))
     short = [r for r in candidates if 2 <= (const_extent(r) or 0) <= MAX_SHARED_UPCAST and r not in deps[largest]]
     return short[0] if short else None
 
@@ -177,12 +182,9 @@ def _column_range(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp]
     reads far apart (sums down columns: a layer norm's weight gradient over 16384 rows of 384 channels), where
     it has COLUMN_LANES values or a multiple of them."""
     top = [red for red in ast.toposort() if red.op is Ops.REDUCE and deps[red] <= frozenset(globals_)]
-    if not top:
+    largest = _largest_load(top, deps)
+    if largest is None:
         return None
-    loads = [n for red in top for n in red.src[0].toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.DEFINE_GLOBAL]
-    if not loads:
-        return None
-    largest = max(loads, key=lambda n: math.prod(extent(r) for r in deps[n]))
     aff = affine(largest.src[1])
     if aff is None or any(abs(aff[0].get(red.src[-1], 0)) <= 1 for red in top):
         return None
@@ -416,13 +418,13 @@ def _choose(ast: UOp, limits: Limits) -> tuple[str, str, tuple[Opt, ...]]:
     local = min(256, max_local(limits))
     if reduces and limits.max_shared_memory >= local * 4 * len({r.dtype for r in reduces}):  # trees share arrays
         longest = max(math.prod(extent(r) for r in red.src[1:]) for red in reduces)
-        column = _column_range(ast, deps, globals_) if longest >= 128 and outputs <= 65536 else None
-        # (32 columns a workgroup leave fewer workgroups: where they would not fill the device, a workgroup per
-        # output, each reading one word of a row, keeps more loads in flight)
-        if column is not None and max_local(limits) >= 256 and outputs // COLUMN_LANES >= limits.parallel // 2:
-            why = f"{outputs} outputs of {longest}-long sums down columns: {COLUMN_LANES} columns per workgroup"
-            return "columns", why, column_opts(ast, column, COLUMN_LANES, 256 // COLUMN_LANES)
         if longest >= 128 and outputs <= 65536:  # few outputs, long reductions: share each across a workgroup
+            column = _column_range(ast, deps, globals_)
+            # (32 columns a workgroup leave fewer workgroups: where they would not fill the device, a workgroup per
+            # output, each reading one word of a row, keeps more loads in flight)
+            if column is not None and max_local(limits) >= 256 and outputs // COLUMN_LANES >= limits.parallel // 2:
+                why = f"{outputs} outputs of {longest}-long sums down columns: {COLUMN_LANES} columns per workgroup"
+                return "columns", why, column_opts(ast, column, COLUMN_LANES, 256 // COLUMN_LANES)
             why = f"{outputs} outputs of {longest}-long reductions: one workgroup each"
             return "group", why, group_opts(ast, group_size(longest, local))
         if longest >= 128 and _dot_products(ast, deps, globals_, reduces):

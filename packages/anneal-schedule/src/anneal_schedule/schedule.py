@@ -413,12 +413,7 @@ def _staged_again(u: UOp, parents: dict[UOp, list[UOp]]) -> bool:
     """Would the contractions that read u compute it again and again? u is several nodes' operand, and some sum of
     products reads it broadcast over more than one tile's columns (TILE_ROWS): a tiled kernel computes a staged
     operand once per element of every tile, once per tile of the other operand."""
-    readers = _readers(u, parents)
-    return len(readers) > 1 and any(
-        repeats > TILE_ROWS and r.op is Ops.MUL and any(q.op is Ops.REDUCE_AXIS and q.arg[0] is Ops.ADD
-                                                       for q, _ in _readers(r, parents))
-        for r, repeats in readers
-    )  # fmt: skip
+    return len(_readers(u, parents)) > 1 and _staged_tiles(u, parents) > 1
 
 
 def _staged_tiles(u: UOp, parents: dict[UOp, list[UOp]]) -> int:
