@@ -423,6 +423,8 @@ def test_typical_index_expressions() -> None:
         ((x * (r1 + 1)) % (r1 + 1), "0"),
         (((r0 * 3 + r1) % 6) % 3, None),
         ((r0 % 8 + r1 * 8) % 4, "(r0%4)"),  # (y % m) % c with c | m
+        ((r1 + 5) // 4, "(((r1+1)//4)+1)"),  # a constant's quotient moves out of a sum of positive terms
+        ((r1 - 8) // 4, "((r1+-8)//4)"),  # ... but not out of a mirrored (negative) one
     ],
 )
 def test_div_mod_folding(expr: UOp, expected: str | None) -> None:
@@ -743,3 +745,14 @@ def test_resplit_of_a_flattened_index_folds() -> None:
     assert simplify((r0 * 65 + r2) // 4160) is simplify(r0 // 64)
     mod = simplify((r0 * 65 + r2) % 4160)
     assert mod is simplify((r0 % 64) * 65 + r2)
+
+
+def test_a_staged_tile_element_shares_its_row_index() -> None:
+    """A tile's invocation l stages elements l, l + 128, l + 256, ... of a 64-row tile: each one's row is l's, so
+    the constant leaves the quotient and the remainders around it fold to the first element's expressions (one
+    bounds check for all eight of a convolution's window loads, not one each)."""
+    lane = rng(128, 5)
+    for j in range(1, 8):
+        assert simplify(((lane + 128 * j) // 8) % 8 // 2) is simplify((lane // 8) % 8 // 2)
+        assert simplify((lane + 128 * j) % 64) is simplify(lane % 64)
+        assert simplify((lane + 128 * j) // 64) is simplify(lane // 64 + 2 * j)

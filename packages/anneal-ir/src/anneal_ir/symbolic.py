@@ -709,9 +709,12 @@ def _fold_nonneg(coefs: dict[UOp, int], const: int, c: int, op: Ops, dtype: DTyp
     rc, qc = const % c, const // c
     g = math.gcd(c, *rem.values())
     # progress: a multiple of c moves out of the division (a negative coefficient with a remainder
-    # would only trade its sign for a bigger remainder), the divisor shrinks, or the constant does
+    # would only trade its sign for a bigger remainder), the divisor shrinks, or the constant does. A constant
+    # moved out of a quotient of positive terms lets the remainders around it fold: ((l + 128) // 8) % 2 is
+    # (l // 8) % 2, so a tile's staged loads share one bounds check instead of computing one each
     moved = any(q != 0 and (k > 0 or rem[b] == 0) for (b, k), q in zip(coefs.items(), quo.values()))
-    progress = changed or g > 1 or moved or (op is Ops.MOD and qc != 0)
+    positive = all(k > 0 for k in coefs.values())
+    progress = changed or g > 1 or moved or (qc != 0 and (op is Ops.MOD or positive))
     if _sum_bounds(rem, rc)[0] < 0 or not progress:
         return UOp(op, dtype, (_build_sum(coefs, const, dtype), _iconst(dtype, c))) if changed else None
     small = _build_sum(_scaled(rem, lambda r: r // g), rc // g, dtype)

@@ -173,10 +173,12 @@ def _im2col(x: Tensor, weight: Tensor, pads: Sequence[tuple[int, int]], s: Seque
     win = windows(x._pad([(0, 0), (0, 0), *pads]), k, s, d)  # (n, c, *out, *k)
     outs = win.shape[2 : 2 + nd]
     g, og, kk = groups, o // groups, cg * math.prod(k)
-    # (n, g, cg, *out, *k) -> (n, g, *out, cg, *k): the contraction axes last
-    order = (0, 1, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
+    # (n, g, cg, *out, *k) -> (n, g, *out, *k, cg): the contraction axes last, the channels innermost, so that a
+    # tile's k step (16 channels) reads one window position: its bounds checks and offsets are the step's, not
+    # each element's (with the channels outermost, every staged element divided its k by 9 and 3)
+    order = (0, 1, *range(3, 3 + 2 * nd), 2)
     cols = win.reshape(n, g, cg, *outs, *k).permute(*order).reshape(n, g, math.prod(outs), kk)
-    w = weight.reshape(g, og, kk).transpose(1, 2)  # (g, kk, og)
+    w = weight.reshape(g, og, cg, *k).permute(0, 1, *range(3, 3 + nd), 2).reshape(g, og, kk).transpose(1, 2)
     out = cols.matmul(w)  # (n, g, prod(out), og): the one matmul
     return out.permute(0, 1, 3, 2).reshape(n, o, *outs)
 
