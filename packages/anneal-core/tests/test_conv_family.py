@@ -68,6 +68,9 @@ CONV = [
         lambda m, x, w: m.conv1d(x, w, stride=(3,), padding=(2,), groups=3),
     ),  # fmt: skip
     case("c1_unbatched", [(3, 7), (2, 3, 3)], lambda m, x, w: m.conv1d(x, w, padding=1)),
+    # at least CHANNELS_FIRST_POSITIONS (128) output positions: the contraction computed channels first
+    case("c1_long_groups", [(2, 4, 130), (6, 2, 3), (6,)], lambda m, x, w, b: m.conv1d(x, w, b, padding=1, groups=2)),
+    case("c2_channels_first", [(2, 3, 12, 12), (5, 3, 3, 3)], lambda m, x, w: m.conv2d(x, w, padding=1)),
     # conv3d: (N, C, D, H, W)
     case(
         "c3_basic_bias_pad", [(2, 2, 4, 5, 4), (3, 2, 3, 3, 2), (3,)], lambda m, x, w, b: m.conv3d(x, w, b, padding=1)
