@@ -775,7 +775,9 @@ CONV_CASES = [
 
 @pytest.mark.parametrize("shapes,fn,opts", CONV_CASES)
 def test_conv2d(shapes: Any, fn: Fn, opts: dict[str, Any]) -> None:
-    run_case(shapes, fn, opts)
+    # an output is a sum of 27-108 products of values up to 4 (outputs up to ~20), summed in another order than
+    # torch's (a tile's k steps): float32 rounding reaches 1.4e-6 there, so atol 1e-6 held only by the order's luck
+    run_case(shapes, fn, {"atol": 1e-5, **opts})
 
 
 POOL_CASES = [
