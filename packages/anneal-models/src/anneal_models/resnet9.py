@@ -25,8 +25,10 @@ from anneal_models.classify import ClassifierTrainer, one_cycle, with_recipe
 from anneal_models.images import ImageSet
 
 # None: the dataset's recipe (RECIPES) decides
+# width 32 and 24 epochs on digits: 98.99-99.33% over seeds 0-3 in 30-34 s on a 2-core CPU; width 16 and 16 epochs
+# gave 96.97-98.99% (one image is 0.34%), so 98.5% held only for some seeds (RESULTS.md, session 22)
 DEFAULTS: dict[str, Any] = {
-    "dataset": "digits", "steps": None, "epochs": None, "batch": None, "width": 16, "lr": None, "warmup": None,
+    "dataset": "digits", "steps": None, "epochs": None, "batch": None, "width": 32, "lr": None, "warmup": None,
     "momentum": 0.9, "weight_decay": 5e-4, "label_smoothing": 0.2, "tta_flip": True, "eval_every": None,
     "eval_chunk": 1000, "seed": 0,
 }  # fmt: skip
@@ -36,7 +38,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "full": {"dataset": "cifar10", "width": 64},
 }  # fmt: skip
 RECIPES: dict[str, dict[str, Any]] = {
-    "digits": {"epochs": 16, "batch": 100, "lr": 0.2, "warmup": 0.2},
+    "digits": {"epochs": 24, "batch": 100, "lr": 0.2, "warmup": 0.2},
     "cifar10": {"epochs": 24, "batch": 512, "lr": 0.4, "warmup": 5 / 24},  # Page's
     "synthetic10": {"epochs": 10, "batch": 128, "lr": 0.2, "warmup": 0.2},
 }

@@ -115,7 +115,7 @@ def train(path: Path, device: str = "cpu") -> float:
     """Train the scorer (resnet9 width 8, digits recipe) and save it in float16; returns its test accuracy."""
     from anneal_models import resnet9
 
-    config = {**resnet9.DEFAULTS, "width": WIDTH}
+    config = {**resnet9.DEFAULTS, "width": WIDTH, "epochs": 16}  # the shipped scorer's recipe
     trainer = resnet9.build(config, device)
     for i in range(int(trainer.config["steps"])):
         trainer.step(i)
