@@ -24,9 +24,9 @@ from anneal_models.augment import Compose, RandomCrop, RandomHorizontalFlip
 from anneal_models.classify import ClassifierTrainer, one_cycle, with_recipe
 from anneal_models.images import ImageSet
 
-# None: the dataset's recipe (RECIPES) decides
 # width 32 and 24 epochs on digits: 98.99-99.33% over seeds 0-3 in 30-34 s on a 2-core CPU; width 16 and 16 epochs
 # gave 96.97-98.99% (one image is 0.34%), so 98.5% held only for some seeds (RESULTS.md, session 22)
+# None: the dataset's recipe (RECIPES) decides
 DEFAULTS: dict[str, Any] = {
     "dataset": "digits", "steps": None, "epochs": None, "batch": None, "width": 32, "lr": None, "warmup": None,
     "momentum": 0.9, "weight_decay": 5e-4, "label_smoothing": 0.2, "tta_flip": True, "eval_every": None,
