@@ -535,6 +535,21 @@ def test_gate_knowledge_never_reaches_into_loads() -> None:
     assert simplify(nested) is simplify(valid.where(j, c(7)))
 
 
+def test_a_where_around_its_own_gated_load_is_the_load() -> None:
+    # a padded window: where(valid, LOAD(buf, j, valid), 0) reads 0 where valid fails, with or without the where;
+    # a where on a clause of the load's gate too, but not a where on another condition, to another value, or -0.0
+    buf = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), 0)
+    j = r0 - 1
+    low, high = c(-1) < j, j < 4
+    load = UOp(Ops.LOAD, dtypes.float32, (buf, j, low.logical_and(high)))
+    zero = UOp.const(dtypes.float32, 0.0)
+    assert simplify(low.logical_and(high).where(load, zero)) is simplify(load)
+    assert simplify(high.where(load, zero)) is simplify(load)
+    for kept in ((r0 < 3).where(load, zero), high.where(load, UOp.const(dtypes.float32, 1.0)),
+                 high.where(load, UOp.const(dtypes.float32, -0.0))):  # fmt: skip
+        assert simplify(kept).op is Ops.WHERE
+
+
 def test_kernel_shaped_graph() -> None:
     # what the scheduler hands over: SINK(STORE(out, idx, f(LOAD(in, idx')))) with float math untouched
     g_in = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), 1)

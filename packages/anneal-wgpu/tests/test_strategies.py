@@ -201,6 +201,22 @@ def test_row_kernel_over_an_outer_and_an_inner_axis(runner: Runner) -> None:
     check_every_candidate(runner, out, ref, rtol=1e-4, atol=1e-5)
 
 
+def test_a_row_over_short_ranges_joins_them_across_the_workgroup(runner: Runner) -> None:
+    """Batch-norm-like over a 4x4 image stored channels last: a channel's row is (batch, y, x), whose innermost x
+    (4) alone would leave most of a workgroup idle; the row's ranges JOIN into one, and every candidate agrees."""
+    a = rng.standard_normal((6, 4, 4, 40)).astype(np.float32)  # (batch, y, x, channel)
+    rows = UOp(Ops.PERMUTE, F32, (tensor(runner, a),), (3, 0, 1, 2))  # (channel, batch, y, x)
+    sums = UOp(Ops.REDUCE_AXIS, F32, (rows,), (Ops.ADD, (1, 2, 3)))
+    out = rows * 2.0 - bcast(sums, (40, 6, 4, 4))
+    by_channel = np.transpose(a, (3, 0, 1, 2))
+    expected = by_channel * 2 - by_channel.sum((1, 2, 3), keepdims=True)
+    check_every_candidate(runner, out, expected, rtol=1e-4, atol=1e-4)
+    (kern,) = runner.scheduler.schedule([out])[0].kernels
+    opts = choose_opts(kern.ast, runner.backend.limits)
+    assert row_kernel(kern.ast) is not None and kind_of(opts) == "group", opts
+    assert [o.op for o in opts[:2]] == [OptOps.JOIN, OptOps.JOIN], opts
+
+
 def test_matmul_broadcast_read_is_not_fused(runner: Runner) -> None:
     a, b = rng.standard_normal((40, 16)).astype(np.float32), rng.standard_normal((16, 36)).astype(np.float32)
     c = rng.standard_normal((40, 36, 8)).astype(np.float32)

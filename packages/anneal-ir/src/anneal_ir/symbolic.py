@@ -1103,6 +1103,15 @@ def _load_under_gate(x: UOp) -> UOp | None:
     return x.replace(src=(buf, new_idx, valid)) if _smaller(new_idx, idx) else None
 
 
+def _where_of_its_gated_load(c: UOp, x: UOp, z: UOp) -> UOp | None:
+    """where(c, LOAD(buf, idx, valid), 0) -> the LOAD, where c is a clause of valid: the load reads 0 wherever c
+    fails already (a padded window's element was selected twice, once in its load and once around it)."""
+    if z.arg != 0 or (isinstance(z.arg, float) and math.copysign(1.0, z.arg) < 0):  # -0.0 is not what LOAD reads
+        return None
+    clauses = set(_flatten(x.src[2], Ops.AND))
+    return x if set(_flatten(c, Ops.AND)) <= clauses else None
+
+
 # ---------------------------------------------------------------------------------------------
 # the matcher
 # ---------------------------------------------------------------------------------------------
@@ -1129,6 +1138,7 @@ class _MemoMatcher(PatternMatcher):
 
 
 _SINT = UPat.var(dtype=SINTS)
+_GATED_LOAD = UPat(Ops.LOAD, src=(UPat(), UPat(), UPat()), name="x")
 _X_TIMES_Y = UPat(Ops.MUL, dtype=SINTS, src=[UPat.var("x"), UPat.var("y")], name="m")
 _C = UPat.cvar
 
@@ -1165,6 +1175,7 @@ symbolic = _MemoMatcher(
         (UPat(Ops.OR, dtype=dtypes.bool, name="x"), _fold_or),
         (UPat(Ops.WHERE, src=(UPat(dtype=dtypes.bool), UPat(), UPat()), name="x"), _where_under_gate),
         (UPat(Ops.LOAD, src=(UPat(), UPat(), UPat()), name="x"), _load_under_gate),
+        (UPat(Ops.WHERE, src=(UPat.var("c"), _GATED_LOAD, UPat(Ops.CONST, name="z"))), _where_of_its_gated_load),
     ],
     "symbolic",
 )

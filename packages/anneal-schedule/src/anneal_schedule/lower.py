@@ -325,8 +325,25 @@ class Lowerer:
                 self.note(q)
                 gate = (self.ref(valid, b),) if valid is not None else ()
                 return self.let(b, u, "load", (self.ref(q, b), *gate), ("global", slot, "quad"))
+        index = self.hoisted(index)
         srcs = (self.ref(index, b),) + ((self.ref(valid, b),) if valid is not None else ())
         return self.let(b, u, "load", srcs, ("global", slot, "gather" if w == 4 else "elem"))
+
+    def hoisted(self, index: UOp) -> UOp:
+        """A load's index summed in the order its terms vary: those of fewer ranges first, those that differ
+        between vec4 lanes last. The partial sum of loop-invariant terms then leaves the loop, and a gather makes
+        its four addresses with one vec4 add (in the kernel's order, a lane term first made every add a vec4 add)."""
+        aff = affine(index, self.affines)
+        if aff is None or len(aff[0]) < 2:
+            return index
+        terms = sorted(aff[0].items(), key=lambda kv: (self.width(kv[0]), len(self.deps[kv[0]]), kv[0].key))
+        scaled = [(t if c == 1 else t * c, self.width(t)) for t, c in terms]
+        out = _sum([t for t, w in scaled if w == 1], aff[1])
+        for t, w in scaled:
+            if w == 4:
+                out = out + t
+        self.note(out)
+        return out
 
     def load_tile(self, u: UOp, b: Block) -> Operand:
         tile = u.src[0]

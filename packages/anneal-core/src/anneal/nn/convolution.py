@@ -239,9 +239,13 @@ def _conv_unit_gradient(grad: Tensor, x: Tensor, weight: Tensor, *, pads: Pads,
     # weight: grad against the windows of the padded input, summed over the batch and the positions
     win = windows(x._pad([(0, 0), (0, 0), *pads]), k, (1,) * nd, (1,) * nd)  # (n, c, *out, *k)
     kk = math.prod(k)
-    cols = win.reshape(n, g, cg, positions, kk).permute(1, 0, 3, 2, 4).reshape(g, n * positions, cg * kk)
+    # the columns are (window position, channel), the channels innermost as in the forward: a tile's four lanes are
+    # four channels at one window position, so they share its bounds check and offset (in the (channel, window)
+    # order each lane checked and computed its own)
+    cols = win.reshape(n, g, cg, positions, kk).permute(1, 0, 3, 4, 2).reshape(g, n * positions, kk * cg)
     dy = grad.reshape(n, g, og, positions).permute(1, 2, 0, 3).reshape(g, og, n * positions)
-    return dx, dy.matmul(cols).reshape(o, cg, *k)
+    dw = dy.matmul(cols).reshape(o, *k, cg)
+    return dx, dw.permute(0, nd + 1, *range(1, nd + 1))
 
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrTuple = 1,  # noqa: A002
