@@ -217,6 +217,24 @@ def test_a_row_over_short_ranges_joins_them_across_the_workgroup(runner: Runner)
     assert [o.op for o in opts[:2]] == [OptOps.JOIN, OptOps.JOIN], opts
 
 
+def test_a_pooling_kernel_steps_along_its_image_not_its_per_channel_reads(runner: Runner) -> None:
+    """A 2x2 max pool of a channels-first image scaled per channel: the image and the output are contiguous along
+    x, the per-channel scale along the channels. Invocations step along x (the stores count with the loads),
+    not along the channels, where each one read 64 words from its neighbour."""
+    a = rng.standard_normal((2, 8, 8, 8)).astype(np.float32)  # (batch, channel, y, x)
+    scale = rng.standard_normal(8).astype(np.float32)
+    windows = UOp(Ops.RESHAPE, F32, (tensor(runner, a),), (2, 8, 4, 2, 4, 2))
+    windows = UOp(Ops.PERMUTE, F32, (windows,), (0, 1, 2, 4, 3, 5))
+    windows = UOp(Ops.RESHAPE, F32, (windows,), (2, 8, 4, 4, 4))
+    scaled = windows * view(tensor(runner, scale), (2, 8, 4, 4, 4), (1, 8, 1, 1, 1))
+    out = UOp(Ops.RESHAPE, F32, (reduce(scaled, Ops.MAX, 4),), (2, 8, 4, 4))
+    expected = (a * scale[None, :, None, None]).reshape(2, 8, 4, 2, 4, 2).max((3, 5))
+    check_every_candidate(runner, out, expected)
+    (kern,) = runner.scheduler.schedule([out])[0].kernels
+    merges = [o for o in choose_opts(kern.ast, runner.backend.limits) if o.op is OptOps.MERGE]
+    assert merges == [Opt(OptOps.MERGE)], merges
+
+
 def test_matmul_broadcast_read_is_not_fused(runner: Runner) -> None:
     a, b = rng.standard_normal((40, 16)).astype(np.float32), rng.standard_normal((16, 36)).astype(np.float32)
     c = rng.standard_normal((40, 36, 8)).astype(np.float32)
