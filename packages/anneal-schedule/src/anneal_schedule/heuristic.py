@@ -25,6 +25,7 @@ constants of one GPU. The shapes of kernel it knows:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from anneal_ir import Ops, UOp, trace
 from anneal_schedule.analysis import (
@@ -63,10 +64,11 @@ def max_local(limits: Limits) -> int:
 
 
 def _read_along(ast: UOp, deps: dict[UOp, frozenset[UOp]], globals_: list[UOp]) -> UOp | None:
-    """The output range a reduction kernel's reads are contiguous along (the range of unit stride in the loads that
-    read the most elements), where it is not already the innermost: neighbouring invocations should step along it.
-    A batch norm's statistics over a channels-last image read 128 channels side by side, but their outputs were
-    laid out channels first: invocations stepping along the batch read 512 KB apart (8.2 ms instead of 0.1)."""
+    """The output range a reduction kernel's reads and writes are contiguous along (the range of unit stride in the
+    loads and stores that touch the most elements), where it is not already the innermost: neighbouring
+    invocations should step along it. A batch norm's statistics over a channels-last image read 128 channels side
+    by side, but their outputs were laid out channels first: invocations stepping along the batch read 512 KB apart
+    (8.2 ms instead of 0.1)."""
     weight: dict[UOp, int] = {}
     for n in ast.toposort():
         # the stores count as the loads do: a max pool's NaN check read its per-channel statistics along the
@@ -207,19 +209,18 @@ def column_opts(ast: UOp, along: UOp, lanes: int = COLUMN_LANES, group: int = 8)
     return tuple(opts)
 
 
-def _row_joins(inner: list[UOp], largest: int) -> tuple[Opt, ...]:
-    """JOINs of a row's ranges, innermost first, while its innermost range is too short to spread over a workgroup:
-    a 4x4 image's x alone left 4 of 512 invocations working through a batch norm's channel of 8192 elements
-    (ResNet-9's last layer, 1.8 ms a kernel on an H100)."""
+def _short_joins(ranges: Sequence[UOp], enough: int, adjacent: bool) -> list[Opt]:
+    """JOINs of ranges, innermost first, while the innermost (joined) range has fewer than `enough` values; with
+    `adjacent`, only ranges whose ids are neighbours (adjacent in the output)."""
     joins: list[Opt] = []
-    ends = [(r.arg[0], const_extent(r)) for r in inner]
+    ends = [(r.arg[0], const_extent(r)) for r in ranges]
     while len(ends) > 1:
         (outer, eo), (short, es) = ends[-2], ends[-1]
-        if eo is None or es is None or es >= largest:
+        if eo is None or es is None or es >= enough or (adjacent and outer != short - 1):
             break
         joins.append(Opt(OptOps.JOIN, outer, short))
         ends[-2:] = [(outer, eo * es)]
-    return tuple(joins)
+    return joins
 
 
 def row_opts(ast: UOp, limits: Limits, local: int | None = None, vec: bool = True,
@@ -230,7 +231,10 @@ def row_opts(ast: UOp, limits: Limits, local: int | None = None, vec: bool = Tru
     if rk is None:
         return None
     largest = min(1024, max_local(limits))
-    joins = _row_joins(list(rk.inner), largest)
+    # a row whose innermost range is shorter than a workgroup is joined with its outer ranges: a 4x4 image's x alone
+    # left 4 of 512 invocations working through a batch norm's channel of 8192 elements (ResNet-9's last layer, 1.8 ms
+    # a kernel on an H100); the row's ranges need not be adjacent in the output (the channel sits between them)
+    joins = tuple(_short_joins(rk.inner, largest, adjacent=False))
     if joins:
         ast = apply_opts(ast, joins)
         deps = ranges_of(ast)
@@ -357,16 +361,7 @@ TILE_ROWS = 128  # a big tile's rows (or columns): a short output range is joine
 def join_opts(c: Contraction) -> tuple[Opt, ...]:
     """JOIN a short innermost row (column) range with the ranges outside it, adjacent in the output, until a
     tile's worth: a 16x16 image's y and x become 256 rows of one tile, where x alone leaves a tile a quarter full."""
-    opts: list[Opt] = []
-    for ranges in (c.m, c.n):
-        ids = [(r.arg[0], const_extent(r)) for r in ranges]
-        while len(ids) > 1:
-            (outer, eo), (inner, ei) = ids[-2], ids[-1]
-            if eo is None or ei is None or ei >= TILE_ROWS or outer != inner - 1:
-                break
-            opts.append(Opt(OptOps.JOIN, outer, inner))
-            ids[-2:] = [(outer, eo * ei)]
-    return tuple(opts)
+    return tuple(_short_joins(c.m, TILE_ROWS, adjacent=True) + _short_joins(c.n, TILE_ROWS, adjacent=True))
 
 
 def joined_contraction(ast: UOp) -> tuple[tuple[Opt, ...], Contraction] | None:

@@ -336,12 +336,13 @@ class Lowerer:
         aff = affine(index, self.affines)
         if aff is None or len(aff[0]) < 2:
             return index
-        terms = sorted(aff[0].items(), key=lambda kv: (self.width(kv[0]), len(self.deps[kv[0]]), kv[0].key))
-        scaled = [(t if c == 1 else t * c, self.width(t)) for t, c in terms]
-        out = _sum([t for t, w in scaled if w == 1], aff[1])
-        for t, w in scaled:
-            if w == 4:
-                out = out + t
+        terms = sorted(aff[0].items(), key=lambda kv: (len(self.deps[kv[0]]), kv[0].key))
+        uniform = [t if c == 1 else t * c for t, c in terms if self.width(t) == 1]
+        lanes = [t if c == 1 else t * c for t, c in terms if self.width(t) == 4]
+        out = _sum(uniform, aff[1]) if uniform or aff[1] else None  # (no scalar part: no vec4 add of a zero)
+        for t in lanes:
+            out = t if out is None else out + t
+        assert out is not None
         self.note(out)
         return out
 
